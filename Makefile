@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make run` and `make test` (see README.md).
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+APT_PACKAGES := mosquitto mosquitto-clients libasound2-dev libsystemd-dev pkg-config alsa-utils gcc
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
+SYSTEM_STAMP := $(VENV)/.installed-system
+SAY_TEXT ?= Hello! Magpie is ready. It is 22°C outside, and your timer ends at 6:30.
+
+.PHONY: run test lint bench install-service clean
+
+$(SYSTEM_STAMP):
+	@tools/ensure-system-packages.sh $(APT_PACKAGES)
+	@mkdir -p $(VENV) && touch $@
+
+$(RUNTIME_STAMP): pyproject.toml $(SYSTEM_STAMP)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e .
+	@touch $@
+
+$(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+run: $(RUNTIME_STAMP)
+	@$(BIN)/magpie-tts prepare
+	@tools/demo.sh "$(SAY_TEXT)"
+
+test: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(RUNTIME_STAMP)
+	$(BIN)/magpie-tts bench
+
+clean:
+	rm -rf $(VENV) build

@@ -1,0 +1,1 @@
+"""Magpie TTS daemon: MQTT text topics → priority queue → engine → ALSA, under systemd."""

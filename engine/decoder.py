@@ -1,0 +1,133 @@
+"""Chunked vocoder: decode windows of z with context on both sides, crop, concatenate.
+
+The vocoder is convolutional, so a window that carries enough frames of context on each
+side reproduces the full decode of its core exactly (to float noise at 16 frames). Window
+lengths come from a small fixed set (one per schedule step), so sessions can be warmed on
+every shape they will see and output buffers preallocated once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from .runtime import device_type
+
+DEFAULT_SCHEDULE = (16, 32, 64, 128)
+DEFAULT_CONTEXT = 16
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int  # first frame fed to the decoder
+    stop: int  # one past the last frame fed
+    keep_from: int  # first frame of the core (audio kept)
+    keep_to: int  # one past the last core frame
+
+
+def plan_windows(
+    frames: int, schedule: tuple[int, ...], context: int
+) -> Iterator[Window]:
+    """Windows covering [0, frames) with growing cores; lengths stay on fixed buckets."""
+    if frames <= schedule[0] + context:
+        yield Window(0, frames, 0, frames)
+        return
+    core_start, step = 0, 0
+    while core_start < frames:
+        core = schedule[min(step, len(schedule) - 1)]
+        core_stop = min(frames, core_start + core)
+        if frames - core_stop < core // 4:
+            core_stop = frames  # fold a tiny tail into this window
+        length = window_length(core, context, first=step == 0)
+        start = 0 if step == 0 else core_start - context
+        stop = start + length
+        if stop > frames:  # at the end: slide left, taking extra left context
+            stop = frames
+            start = max(0, frames - length)
+        stop = max(stop, min(frames, core_stop + context))
+        yield Window(start, stop, core_start, core_stop)
+        core_start, step = core_stop, step + 1
+
+
+def window_length(core: int, context: int, first: bool) -> int:
+    return core + context if first else core + 2 * context
+
+
+def bucket_lengths(schedule: tuple[int, ...], context: int) -> list[int]:
+    lengths = {window_length(schedule[0], context, first=True)}
+    lengths.update(window_length(core, context, first=False) for core in schedule)
+    return sorted(lengths)
+
+
+class ChunkedDecoder:
+    """One warm decoder session with preallocated input/output buffers per bucket."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        provider: str,
+        hop: int,
+        schedule: tuple[int, ...] = DEFAULT_SCHEDULE,
+        context: int = DEFAULT_CONTEXT,
+    ) -> None:
+        self.session = session
+        self.hop = hop
+        self.schedule = schedule
+        self.context = context
+        self.device = device_type(provider)
+        inputs = session.get_inputs()
+        self.latent_name = inputs[0].name
+        self.channels = int(inputs[0].shape[1])
+        self.has_speaker = any(i.name == "sid" for i in inputs)
+        self.output_name = session.get_outputs()[0].name
+        self.output_rank = len(session.get_outputs()[0].shape)
+        self._buffers: dict[int, tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]] = {}
+        for length in bucket_lengths(schedule, context):
+            self._buffers[length] = self._bind(length)
+
+    def _bind(self, frames: int) -> tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]:
+        host_in = np.zeros((1, self.channels, frames), dtype=np.float32)
+        out_shape = (1,) * (self.output_rank - 1) + (frames * self.hop,)
+        host_out = np.zeros(out_shape, dtype=np.float32)
+        # On CPU the OrtValues wrap these arrays, so inputs are filled and outputs read in
+        # place; on a GPU they live on the device and only the window crosses the bus.
+        value_in = ort.OrtValue.ortvalue_from_numpy(host_in, self.device, 0)
+        value_out = ort.OrtValue.ortvalue_from_numpy(host_out, self.device, 0)
+        binding = self.session.io_binding()
+        binding.bind_ortvalue_input(self.latent_name, value_in)
+        binding.bind_ortvalue_output(self.output_name, value_out)
+        return binding, host_in, value_out, host_out.reshape(-1)
+
+    def warm(self, sid: int | None = None) -> None:
+        for length in self._buffers:
+            self.decode(np.zeros((1, self.channels, length), np.float32), sid)
+
+    def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:
+        """Decode a [1, C, frames] latent window to float audio (1-D view)."""
+        frames = z.shape[2]
+        entry = self._buffers.get(frames)
+        if entry is None or self.has_speaker:
+            feeds = {self.latent_name: np.ascontiguousarray(z)}
+            if self.has_speaker:
+                feeds["sid"] = np.array([sid or 0], dtype=np.int64)
+            return self.session.run([self.output_name], feeds)[0].reshape(-1)
+        binding, host_in, value_out, host_out = entry
+        if self.device == "cpu":
+            np.copyto(host_in, z)
+            self.session.run_with_iobinding(binding)
+            return host_out  # valid until the next decode of this bucket
+        binding.bind_cpu_input(self.latent_name, np.ascontiguousarray(z))
+        self.session.run_with_iobinding(binding)
+        return value_out.numpy().reshape(-1)
+
+    def stream(self, z: np.ndarray, sid: int | None = None) -> Iterator[np.ndarray]:
+        """Yield float audio for z chunk by chunk; stopping iteration abandons the rest."""
+        frames = z.shape[2]
+        for window in plan_windows(frames, self.schedule, self.context):
+            audio = self.decode(z[:, :, window.start : window.stop], sid)
+            lo = (window.keep_from - window.start) * self.hop
+            hi = (window.keep_to - window.start) * self.hop
+            yield audio[lo:hi]

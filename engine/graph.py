@@ -1,0 +1,142 @@
+"""Split a Piper/VITS graph into a frontend (ids → latent z) and a decoder (z → audio).
+
+The seam is found structurally, not by tensor name: z is the first tensor (counting from
+the inputs) through which every path from the text inputs to the audio output passes,
+i.e. the outermost dominator of the output. Everything after it is the convolutional
+vocoder, which is local in time and can be run on overlapping windows of z.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from .errors import VoiceError
+from .voice import Voice
+
+log = logging.getLogger(__name__)
+
+_SOURCE = "\0source"
+SPEAKER_INPUT = "sid"
+SPLIT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SplitGraph:
+    frontend: Path
+    decoder: Path
+    latent_name: str
+    decoder_inputs: tuple[str, ...]
+
+
+def find_latent(model: onnx.ModelProto) -> str:
+    """Name of the decoder's input tensor z (outermost dominator of the audio output)."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    sources = [i.name for i in graph.input if i.name not in initializers | {SPEAKER_INPUT}]
+    if len(graph.output) != 1:
+        raise VoiceError("expected a single audio output in the voice graph")
+    idom: dict[str, str] = {name: _SOURCE for name in sources}
+    depth: dict[str, int] = {_SOURCE: 0, **{name: 1 for name in sources}}
+
+    def common_dominator(a: str, b: str) -> str:
+        while a != b:
+            if depth[a] < depth[b]:
+                a, b = b, a
+            a = idom[a]
+        return a
+
+    for node in graph.node:  # ONNX requires topological order
+        preds = [name for name in node.input if name in idom]
+        if not preds:
+            continue
+        dom = preds[0]
+        for other in preds[1:]:
+            dom = common_dominator(dom, other)
+        for out in node.output:
+            idom[out] = dom
+            depth[out] = depth[dom] + 1
+        # A node with several reachable inputs merges paths: its outputs hang off the
+        # common dominator; a node with one input hangs off that input.
+        if len(preds) == 1:
+            for out in node.output:
+                idom[out] = preds[0]
+                depth[out] = depth[preds[0]] + 1
+
+    output = graph.output[0].name
+    if output not in idom:
+        raise VoiceError("audio output does not depend on the text input")
+    chain = []
+    node_of = output
+    while node_of != _SOURCE:
+        chain.append(node_of)
+        node_of = idom[node_of]
+    producers = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    # Outermost dominator that feeds a convolution: the vocoder's input.
+    for name in reversed(chain):
+        if name in producers and any(n.op_type == "Conv" for n in consumers.get(name, [])):
+            return name
+    raise VoiceError("could not locate the vocoder input in the voice graph")
+
+
+def _decoder_uses_speaker(model: onnx.ModelProto, latent: str) -> bool:
+    graph = model.graph
+    if SPEAKER_INPUT not in {i.name for i in graph.input}:
+        return False
+    needed = {graph.output[0].name}
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output):
+            needed.update(name for name in node.input if name != latent)
+    return SPEAKER_INPUT in needed
+
+
+def split_dir(cache_dir: Path, voice: Voice) -> Path:
+    return cache_dir / "models" / f"{voice.name}-{voice.model_hash}"
+
+
+def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
+    """Return the cached split of the voice, building it once per model hash."""
+    target = split_dir(cache_dir, voice)
+    meta_path = target / "split.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") == SPLIT_FORMAT:
+            return SplitGraph(
+                frontend=target / "frontend.onnx",
+                decoder=target / "decoder.onnx",
+                latent_name=meta["latent"],
+                decoder_inputs=tuple(meta["decoder_inputs"]),
+            )
+    log.info("splitting %s into frontend and decoder (once per model)", voice.model_path.name)
+    try:
+        model = onnx.load(str(voice.model_path))
+    except Exception as exc:  # onnx raises several unrelated types for bad files
+        raise VoiceError(f"cannot read voice model {voice.model_path}: {exc}") from exc
+    latent = find_latent(model)
+    graph_inputs = [i.name for i in model.graph.input]
+    decoder_inputs = [latent] + ([SPEAKER_INPUT] if _decoder_uses_speaker(model, latent) else [])
+    output = model.graph.output[0].name
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target) as tmp:
+        frontend_tmp, decoder_tmp = Path(tmp) / "frontend.onnx", Path(tmp) / "decoder.onnx"
+        onnx.utils.extract_model(str(voice.model_path), str(frontend_tmp), graph_inputs, [latent])
+        onnx.utils.extract_model(
+            str(voice.model_path), str(decoder_tmp), decoder_inputs, [output]
+        )
+        os.replace(frontend_tmp, target / "frontend.onnx")
+        os.replace(decoder_tmp, target / "decoder.onnx")
+    meta_path.write_text(
+        json.dumps({"format": SPLIT_FORMAT, "latent": latent, "decoder_inputs": decoder_inputs})
+    )
+    log.info("split at %s; decoder inputs %s", latent, decoder_inputs)
+    return split_voice(voice, cache_dir)

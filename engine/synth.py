@@ -1,0 +1,277 @@
+"""Streaming synthesis: clauses → phoneme ids → frontend (z) → chunked decoder → PCM."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from . import text as textmod
+from .cache import PhraseCache
+from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder
+from .errors import TextError, VoiceError
+from .graph import split_voice
+from .phonemize import Phonemizer
+from .precision import select_decoder
+from .runtime import RuntimeConfig, choose_provider, make_session
+from .segment import DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
+from .voice import Voice
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["auto", "fp32", "int8"]
+WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    speed: float = 1.0  # > 1 speaks faster (divides the voice's length_scale)
+    noise_scale: float | None = None  # None: the voice's own value
+    noise_w: float | None = None
+    speaker: int | str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.25 <= self.speed <= 4.0:
+            raise TextError(f"speed {self.speed} outside 0.25..4.0")
+        for name in ("noise_scale", "noise_w"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 2.0:
+                raise TextError(f"{name} {value} outside 0..2")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    cache_dir: Path
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    precision: Precision = "auto"
+    schedule: tuple[int, ...] = DEFAULT_SCHEDULE
+    context: int = DEFAULT_CONTEXT
+    max_clause_words: int = DEFAULT_MAX_WORDS
+    max_text_chars: int = textmod.MAX_TEXT_CHARS
+    phrase_cache_bytes: int = 0  # 0 disables the phrase cache
+
+
+@dataclass
+class AudioChunk:
+    pcm: np.ndarray  # int16, mono
+    sample_rate: int
+    clause_index: int
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / self.sample_rate
+
+
+class StopToken:
+    """Set from any thread; the stream ends before decoding its next chunk."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def stop(self) -> None:
+        self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+
+def to_pcm(audio: np.ndarray) -> np.ndarray:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+class StreamingSynthesizer:
+    """Warm sessions for one voice; streams audio chunks for text or a text stream."""
+
+    def __init__(self, voice: Voice, config: EngineConfig) -> None:
+        started = time.perf_counter()
+        self.voice = voice
+        self.config = config
+        self.phonemizer = Phonemizer(voice)
+        split = split_voice(voice, config.cache_dir)
+        self.choice = choose_provider(config.runtime)
+        decoder_path, self.precision, self.precision_reason = select_decoder(
+            split, config.precision
+        )
+        try:
+            self.frontend = make_session(split.frontend, config.runtime, self.choice)
+            decoder_session = make_session(decoder_path, config.runtime, self.choice)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise VoiceError(f"cannot load voice {voice.model_path}: {exc}") from exc
+        self.decoder = ChunkedDecoder(
+            decoder_session, self.choice.used, voice.hop_length, config.schedule, config.context
+        )
+        self.phrase_cache = (
+            PhraseCache(config.cache_dir / "phrases", config.phrase_cache_bytes)
+            if config.phrase_cache_bytes > 0
+            else None
+        )
+        self._lock = threading.Lock()  # sessions are shared; one stream decodes at a time
+        self.load_ms = (time.perf_counter() - started) * 1000
+        self.warmup_ms = self.warm()
+        log.info(
+            "voice %s ready: provider=%s precision=%s (%s) load=%.0f ms warm-up=%.0f ms",
+            voice.name, self.choice.used, self.precision, self.precision_reason,
+            self.load_ms, self.warmup_ms,
+        )
+
+    # -- text ---------------------------------------------------------------------------
+
+    def clauses(self, text: str) -> list[str]:
+        """Validate and segment text; raises TextError before any audio is made."""
+        if not isinstance(text, str) or not text.strip():
+            raise TextError("text is empty")
+        if len(text) > self.config.max_text_chars:
+            raise TextError(
+                f"text too long: {len(text)} characters (limit {self.config.max_text_chars})"
+            )
+        clauses = [c for c in split_clauses(text, self.config.max_clause_words)]
+        spoken = [textmod.normalize(c) for c in clauses]
+        spoken = [c for c in spoken if textmod.has_speakable(c)]
+        if not spoken:
+            raise TextError("nothing speakable in the text (no letters after clean-up)")
+        return spoken
+
+    # -- synthesis ------------------------------------------------------------------------
+
+    def _scales(self, options: SynthesisOptions) -> np.ndarray:
+        voice = self.voice
+        return np.array(
+            [
+                voice.noise_scale if options.noise_scale is None else options.noise_scale,
+                voice.length_scale / options.speed,
+                voice.noise_w if options.noise_w is None else options.noise_w,
+            ],
+            dtype=np.float32,
+        )
+
+    def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
+        feeds = {
+            "input": np.array([ids], dtype=np.int64),
+            "input_lengths": np.array([len(ids)], dtype=np.int64),
+            "scales": self._scales(options),
+        }
+        sid = self.voice.speaker_id(options.speaker)
+        if sid is not None:
+            feeds["sid"] = np.array([sid], dtype=np.int64)
+        return self.frontend.run(None, feeds)[0]
+
+    def _clause_audio(
+        self, clause: str, index: int, options: SynthesisOptions, stop: StopToken
+    ) -> Iterator[AudioChunk]:
+        key = self.phrase_cache.key(self.voice, self.precision, options, clause) if (
+            self.phrase_cache
+        ) else None
+        if key is not None and self.phrase_cache is not None:
+            cached = self.phrase_cache.get(key)
+            if cached is not None:
+                yield AudioChunk(cached, self.voice.sample_rate, index)
+                return
+        ids = self.phonemizer.clause_ids(clause)
+        sid = self.voice.speaker_id(options.speaker)
+        with self._lock:
+            z = self.latent(ids, options)
+        pieces: list[np.ndarray] = []
+        chunks = self.decoder.stream(z, sid)
+        while not stop.stopped:
+            with self._lock:
+                audio = next(chunks, None)
+                if audio is None:
+                    break
+                pcm = to_pcm(audio)  # copy out before the buffer is reused
+            pieces.append(pcm)
+            yield AudioChunk(pcm, self.voice.sample_rate, index)
+        if key is not None and self.phrase_cache is not None and not stop.stopped:
+            self.phrase_cache.put(key, np.concatenate(pieces))
+
+    def stream_clauses(
+        self,
+        clauses: Iterable[str],
+        options: SynthesisOptions | None = None,
+        stop: StopToken | None = None,
+    ) -> Iterator[AudioChunk]:
+        options = options or SynthesisOptions()
+        stop = stop or StopToken()
+        for index, clause in enumerate(clauses):
+            if stop.stopped:
+                return
+            yield from self._clause_audio(clause, index, options, stop)
+
+    def stream(
+        self,
+        text: str,
+        options: SynthesisOptions | None = None,
+        stop: StopToken | None = None,
+    ) -> Iterator[AudioChunk]:
+        """Validate now (TextError), then stream chunks lazily as the caller iterates."""
+        return self.stream_clauses(self.clauses(text), options, stop)
+
+    def synthesize(self, text: str, options: SynthesisOptions | None = None) -> np.ndarray:
+        chunks = [c.pcm for c in self.stream(text, options)]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+
+    def text_stream(self) -> TextStream:
+        return TextStream(self)
+
+    def warm(self) -> float:
+        started = time.perf_counter()
+        quiet = SynthesisOptions()
+        for sentence in WARM_TEXTS:
+            for clause in self.clauses(sentence):
+                self.latent(self.phonemizer.clause_ids(clause), quiet)
+        self.decoder.warm(self.voice.speaker_id(None))
+        return (time.perf_counter() - started) * 1000
+
+
+class TextStream:
+    """Incremental text (LLM tokens): feed pieces from any thread, iterate clauses."""
+
+    def __init__(self, synth: StreamingSynthesizer) -> None:
+        self._synth = synth
+        self._splitter = ClauseSplitter(synth.config.max_clause_words)
+        self._ready: list[str] = []
+        self._closed = False
+        self._total = 0
+        self._cond = threading.Condition()
+
+    def feed(self, piece: str) -> None:
+        with self._cond:
+            if self._closed:
+                raise TextError("text stream already finished")
+            self._total += len(piece)
+            if self._total > self._synth.config.max_text_chars:
+                raise TextError("streamed text exceeds the length limit")
+            self._ready.extend(self._speakable(self._splitter.feed(piece)))
+            self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            if not self._closed:
+                self._ready.extend(self._speakable(self._splitter.flush()))
+                self._closed = True
+                self._cond.notify_all()
+
+    @staticmethod
+    def _speakable(clauses: Iterable[str]) -> list[str]:
+        spoken = (textmod.normalize(c) for c in clauses)
+        return [c for c in spoken if textmod.has_speakable(c)]
+
+    def clauses(self, timeout: float | None = None) -> Iterator[str]:
+        """Yield clauses as they complete; ends when finished (or after an idle timeout)."""
+        while True:
+            with self._cond:
+                if not self._ready and not self._closed:
+                    self._cond.wait_for(lambda: self._ready or self._closed, timeout)
+                if self._ready:
+                    clause = self._ready.pop(0)
+                elif self._closed or timeout is not None:
+                    return
+                else:
+                    continue
+            yield clause

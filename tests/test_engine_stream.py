@@ -1,0 +1,210 @@
+"""Streaming synthesis on the real default voice (CPU)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from magpie_tts.engine import StopToken, SynthesisOptions, TextError, VoiceError, load_voice
+from magpie_tts.engine.decoder import bucket_lengths, plan_windows
+from magpie_tts.engine.graph import find_latent
+
+QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+MEDIUM = (
+    "The quick brown fox jumps over the lazy dog while the weather outside stays sunny "
+    "and warm for the whole afternoon"
+)
+
+
+def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    noise = np.sum((reference.astype(np.float64) - test) ** 2)
+    return float("inf") if noise == 0 else 10 * np.log10(np.sum(reference**2.0) / noise)
+
+
+@pytest.fixture(scope="module")
+def full_session(voice) -> ort.InferenceSession:
+    return ort.InferenceSession(str(voice.model_path), providers=["CPUExecutionProvider"])
+
+
+def full_decode(full_session, synth, ids: list[int]) -> np.ndarray:
+    feeds = {
+        "input": np.array([ids], dtype=np.int64),
+        "input_lengths": np.array([len(ids)], dtype=np.int64),
+        "scales": synth._scales(QUIET),
+    }
+    return full_session.run(None, feeds)[0].reshape(-1)
+
+
+def test_split_point_is_found_structurally(voice) -> None:
+    model = onnx.load(str(voice.model_path))
+    latent = find_latent(model)
+    consumers = [n for n in model.graph.node if latent in n.input]
+    assert [n.op_type for n in consumers] == ["Conv"]
+    # Renaming every tensor must not move the seam: the search uses structure only.
+    renames = {}
+    for index, node in enumerate(model.graph.node):
+        for k, name in enumerate(node.output):
+            if name != model.graph.output[0].name:
+                renames[name] = f"t{index}_{k}"
+                node.output[k] = renames[name]
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            node.input[k] = renames.get(name, name)
+    assert find_latent(model) == renames[latent]
+
+
+def test_frontend_then_full_decoder_equals_unsplit_model(synth, full_session) -> None:
+    ids = synth.phonemizer.clause_ids("Turning off the lights in the living room.")
+    reference = full_decode(full_session, synth, ids)
+    z = synth.latent(ids, QUIET)
+    whole = synth.decoder.session.run(None, {synth.decoder.latent_name: z})[0].reshape(-1)
+    assert np.max(np.abs(reference - whole)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Hi.", "Turning off the lights.", MEDIUM, MEDIUM + " and " + MEDIUM.lower()],
+)
+def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> None:
+    ids = synth.phonemizer.clause_ids(text)
+    reference = full_decode(full_session, synth, ids)
+    z = synth.latent(ids, QUIET)
+    chunks = [c.copy() for c in synth.decoder.stream(z)]
+    streamed = np.concatenate(chunks)
+    assert len(streamed) == len(reference)
+    assert snr_db(reference, streamed) >= 60.0
+    if z.shape[2] > 64:
+        assert len(chunks) >= 3
+        assert len(chunks[0]) < len(chunks[-2])  # growing schedule: small first chunk
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.integers(1, 2000), context=st.sampled_from([0, 4, 8, 16]))
+def test_window_plan_covers_every_frame_with_context(frames: int, context: int) -> None:
+    schedule = (16, 32, 64, 128)
+    buckets = set(bucket_lengths(schedule, context))
+    windows = list(plan_windows(frames, schedule, context))
+    assert windows[0].keep_from == 0 and windows[-1].keep_to == frames
+    for before, after in itertools.pairwise(windows):
+        assert before.keep_to == after.keep_from
+    for w in windows:
+        assert 0 <= w.start <= w.keep_from < w.keep_to <= w.stop <= frames
+        assert w.keep_from - w.start >= min(context, w.keep_from)
+        assert w.stop - w.keep_to >= min(context, frames - w.keep_to)
+    if frames >= max(buckets):
+        # every window but a folded tail has a bucket length, so sessions are warm for it
+        assert sum((w.stop - w.start) not in buckets for w in windows) <= 1
+
+
+def test_stream_yields_small_first_chunk_before_the_rest_is_made(synth) -> None:
+    chunks = synth.stream(MEDIUM, QUIET)
+    first = next(chunks)
+    assert 0 < first.duration_s < 0.5
+    rest = list(chunks)
+    assert sum(c.duration_s for c in rest) > 3 * first.duration_s
+
+
+def test_stop_abandons_remaining_work_within_one_chunk(synth) -> None:
+    stop = StopToken()
+    produced = []
+    for chunk in synth.stream(f"{MEDIUM}. {MEDIUM}. {MEDIUM}.", QUIET, stop):
+        produced.append(chunk)
+        if len(produced) == 2:
+            stop.stop()
+    assert len(produced) == 2
+    whole = synth.stream(f"{MEDIUM}. {MEDIUM}. {MEDIUM}.", QUIET)
+    assert sum(1 for _ in whole) > 4
+
+
+def test_incremental_text_gives_the_same_audio_as_whole_text(synth) -> None:
+    text = "Sure, here is the weather. It is 22°C in Paris; tomorrow, rain at 6:30."
+    whole = synth.synthesize(text, QUIET)
+    stream = synth.text_stream()
+    tokens = [text[i : i + 3] for i in range(0, len(text), 3)]  # LLM-like pieces
+    for token in tokens:
+        stream.feed(token)
+    stream.finish()
+    streamed = np.concatenate([c.pcm for c in synth.stream_clauses(stream.clauses(), QUIET)])
+    assert np.array_equal(whole, streamed)
+
+
+def test_incremental_clause_is_ready_before_the_text_ends(synth) -> None:
+    stream = synth.text_stream()
+    stream.feed("Okay, I will turn on the ")
+    clauses = stream.clauses(timeout=0.1)
+    assert next(clauses) == "Okay,"
+    assert list(clauses) == []  # the rest is incomplete and timed out
+    stream.feed("lights. ")
+    assert list(stream.clauses(timeout=0.1)) == ["I will turn on the lights."]
+
+
+def test_speed_changes_duration(synth) -> None:
+    normal = synth.synthesize("Playing relaxing music in the kitchen.", QUIET)
+    fast = synth.synthesize(
+        "Playing relaxing music in the kitchen.",
+        SynthesisOptions(speed=2.0, noise_scale=0.0, noise_w=0.0),
+    )
+    assert 0.4 < len(fast) / len(normal) < 0.65
+
+
+def test_phoneme_override_is_spoken(synth) -> None:
+    plain = synth.synthesize("Say it.", QUIET)
+    override = synth.synthesize("Say [[ ɐbɹˌɑːkɐdˈæbɹɐ ]] now.", QUIET)
+    assert len(override) > len(plain) * 1.3
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t ", "😀🎉", "<b></b>", "\x00\x01\x02"])
+def test_unspeakable_text_raises_text_error(synth, text: str) -> None:
+    with pytest.raises(TextError):
+        synth.stream(text)
+
+
+def test_huge_text_raises_text_error(synth) -> None:
+    with pytest.raises(TextError, match="too long"):
+        synth.stream("word " * 20_000)
+
+
+def test_unsupported_characters_are_skipped_not_fatal(synth) -> None:
+    pcm = synth.synthesize("Hello ☃ wörld ∑ 你好 there.", QUIET)
+    assert len(pcm) > 0.5 * synth.voice.sample_rate
+
+
+@pytest.mark.parametrize("speed", [0.0, -1.0, 100.0])
+def test_absurd_speed_raises_text_error(speed: float) -> None:
+    with pytest.raises(TextError):
+        SynthesisOptions(speed=speed)
+
+
+def test_unknown_voice_path_raises_voice_error(tmp_path) -> None:
+    with pytest.raises(VoiceError, match="not found"):
+        load_voice(tmp_path / "nope.onnx")
+
+
+def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> None:
+    from magpie_tts.engine import StreamingSynthesizer
+    from magpie_tts.engine.synth import EngineConfig
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not an onnx model" * 100)
+    (tmp_path / "bad.onnx.json").write_text(voice.config_path.read_text())
+    with pytest.raises(VoiceError):
+        StreamingSynthesizer(load_voice(bad), EngineConfig(cache_dir=tmp_path / "state"))
+
+
+def test_phrase_cache_hit_streams_identical_audio(voice, tmp_path) -> None:
+    from magpie_tts.engine import StreamingSynthesizer
+    from magpie_tts.engine.synth import EngineConfig
+
+    cached = StreamingSynthesizer(
+        voice, EngineConfig(cache_dir=tmp_path, precision="fp32", phrase_cache_bytes=4 << 20)
+    )
+    first = cached.synthesize("Timer done.", QUIET)
+    assert cached.phrase_cache is not None and cached.phrase_cache.hits == 0
+    chunks = list(cached.stream("Timer done.", QUIET))
+    assert cached.phrase_cache.hits == 1
+    assert len(chunks) == 1 and np.array_equal(chunks[0].pcm, first)

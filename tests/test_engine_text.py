@@ -1,0 +1,100 @@
+"""Text normalization and clause segmentation (pure functions, no model)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from magpie_tts.engine import numbers
+from magpie_tts.engine.errors import TextError
+from magpie_tts.engine.segment import ClauseSplitter, split_clauses
+from magpie_tts.engine.text import clean, has_speakable, normalize
+
+
+@pytest.mark.parametrize(
+    ("raw", "spoken"),
+    [
+        ("It is 22°C outside.", "It is twenty-two degrees Celsius outside."),
+        ("Low of -3.5°F", "Low of minus three point five degrees Fahrenheit"),
+        ("Wake me at 6:30", "Wake me at six thirty"),
+        ("Meet at 7:05 pm", "Meet at seven oh five p m"),
+        ("Dinner at 6:00", "Dinner at six o'clock"),
+        ("Call Dr. Smith", "Call Doctor Smith"),
+        ("Battery at 50%", "Battery at fifty percent"),
+        ("It costs $5.50", "It costs five dollars and fifty cents"),
+        ("Drive 3.5 km", "Drive three point five kilometers"),
+        ("Limit 100 km/h", "Limit one hundred kilometers per hour"),
+        ("on the 21st floor", "on the twenty-first floor"),
+        ("born in 1984", "born in nineteen eighty-four"),
+        ("1,234 steps", "one thousand two hundred thirty-four steps"),
+        ("Tom & Jerry", "Tom and Jerry"),
+        ("5 min left", "five minutes left"),
+    ],
+)
+def test_normalize_smart_speaker_phrases(raw: str, spoken: str) -> None:
+    assert normalize(raw) == spoken
+
+
+def test_markup_and_control_characters_are_removed() -> None:
+    assert clean("<speak>Hi <b>there</b></speak>\x07\x1b 😀") == "Hi there"
+    assert normalize("a&amp;b") == "a and b"
+
+
+def test_inline_phonemes_pass_through_unchanged() -> None:
+    assert normalize("Say [[ həlˈoʊ ]] 2 times") == "Say [[ həlˈoʊ ]] two times"
+
+
+def test_nothing_speakable() -> None:
+    assert not has_speakable(clean("😀 🎉 <b></b> \x00"))
+    assert has_speakable("[[ a ]]")
+
+
+def test_too_long_text_is_refused() -> None:
+    with pytest.raises(TextError):
+        normalize("a " * 20_000)
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [(0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"),
+     (101, "one hundred one"), (2_000_005, "two million five")],
+)
+def test_cardinal(n: int, words: str) -> None:
+    assert numbers.cardinal(n) == words
+
+
+def test_ordinal() -> None:
+    assert [numbers.ordinal(n) for n in (1, 2, 3, 12, 20, 42)] == [
+        "first", "second", "third", "twelfth", "twentieth", "forty-second"
+    ]
+
+
+def test_clauses_split_on_punctuation_not_abbreviations() -> None:
+    text = 'Hello there, Dr. Smith. J. R. wrote it; e.g. this! He said "no." Next\nline'
+    assert split_clauses(text) == [
+        "Hello there,", "Dr. Smith.", "J. R. wrote it;", "e.g. this!", 'He said "no."',
+        "Next", "line",
+    ]
+
+
+def test_long_run_on_text_is_cut_at_max_words() -> None:
+    words = " ".join(f"w{i}" for i in range(45))
+    clauses = split_clauses(words, max_words=20)
+    assert [len(c.split()) for c in clauses] == [20, 20, 5]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list("ab .,;!?\n\"Dr")), max_size=80),
+    cuts=st.lists(st.integers(0, 80), max_size=10),
+)
+def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> None:
+    splitter = ClauseSplitter(max_words=5)
+    pieces, last = [], 0
+    for cut in sorted(c for c in cuts if c <= len(text)):
+        pieces.append(text[last:cut])
+        last = cut
+    pieces.append(text[last:])
+    streamed = [c for piece in pieces for c in splitter.feed(piece)]
+    streamed += list(splitter.flush())
+    assert streamed == split_clauses(text, max_words=5)

@@ -1,0 +1,1 @@
+"""Command-line tools: the `magpie-tts` entry point and its subcommands."""

