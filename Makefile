@@ -3,6 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 APT_PACKAGES := mosquitto mosquitto-clients libasound2-dev libsystemd-dev pkg-config alsa-utils gcc
+TEST_APT_PACKAGES := pv
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 SYSTEM_STAMP := $(VENV)/.installed-system
@@ -20,12 +21,13 @@ $(RUNTIME_STAMP): pyproject.toml $(SYSTEM_STAMP)
 	@touch $@
 
 $(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
+	@tools/ensure-system-packages.sh $(TEST_APT_PACKAGES)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 
 run: $(RUNTIME_STAMP)
 	@$(BIN)/magpie-tts prepare
-	@tools/demo.sh "$(SAY_TEXT)"
+	@$(BIN)/python -m magpie_tts.tools.demo "$(SAY_TEXT)"
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -57,6 +57,11 @@ class VoiceRegistry:
                 self._by_key[key] = synth
             return synth
 
+    def check(self, name: str | None) -> None:
+        """Raise VoiceError now for a voice that cannot be found (before queueing)."""
+        if name:
+            self._resolve(name)
+
     def _resolve(self, name: str) -> Path:
         if name in (self.default.voice.name, "default"):
             return self.default.voice.model_path

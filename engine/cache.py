@@ -39,8 +39,14 @@ class PhraseCache:
     @staticmethod
     def key(voice: Voice, precision: str, options: SynthesisOptions, clause: str) -> str:
         parts = (
-            voice.name, voice.model_hash, precision, f"{options.speed:.3f}",
-            str(options.noise_scale), str(options.noise_w), str(options.speaker), clause,
+            voice.name,
+            voice.model_hash,
+            precision,
+            f"{options.speed:.3f}",
+            str(options.noise_scale),
+            str(options.noise_w),
+            str(options.speaker),
+            clause,
         )
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 

@@ -28,9 +28,7 @@ class Window:
     keep_to: int  # one past the last core frame
 
 
-def plan_windows(
-    frames: int, schedule: tuple[int, ...], context: int
-) -> Iterator[Window]:
+def plan_windows(frames: int, schedule: tuple[int, ...], context: int) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores; lengths stay on fixed buckets."""
     if frames <= schedule[0] + context:
         yield Window(0, frames, 0, frames)

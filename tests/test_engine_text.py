@@ -56,8 +56,14 @@ def test_too_long_text_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("n", "words"),
-    [(0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"),
-     (101, "one hundred one"), (2_000_005, "two million five")],
+    [
+        (0, "zero"),
+        (13, "thirteen"),
+        (40, "forty"),
+        (99, "ninety-nine"),
+        (101, "one hundred one"),
+        (2_000_005, "two million five"),
+    ],
 )
 def test_cardinal(n: int, words: str) -> None:
     assert numbers.cardinal(n) == words
@@ -65,15 +71,25 @@ def test_cardinal(n: int, words: str) -> None:
 
 def test_ordinal() -> None:
     assert [numbers.ordinal(n) for n in (1, 2, 3, 12, 20, 42)] == [
-        "first", "second", "third", "twelfth", "twentieth", "forty-second"
+        "first",
+        "second",
+        "third",
+        "twelfth",
+        "twentieth",
+        "forty-second",
     ]
 
 
 def test_clauses_split_on_punctuation_not_abbreviations() -> None:
     text = 'Hello there, Dr. Smith. J. R. wrote it; e.g. this! He said "no." Next\nline'
     assert split_clauses(text) == [
-        "Hello there,", "Dr. Smith.", "J. R. wrote it;", "e.g. this!", 'He said "no."',
-        "Next", "line",
+        "Hello there,",
+        "Dr. Smith.",
+        "J. R. wrote it;",
+        "e.g. this!",
+        'He said "no."',
+        "Next",
+        "line",
     ]
 
 
@@ -85,7 +101,7 @@ def test_long_run_on_text_is_cut_at_max_words() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.text(alphabet=st.sampled_from(list("ab .,;!?\n\"Dr")), max_size=80),
+    text=st.text(alphabet=st.sampled_from(list('ab .,;!?\n"Dr')), max_size=80),
     cuts=st.lists(st.integers(0, 80), max_size=10),
 )
 def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> None:

@@ -23,6 +23,15 @@ def _load(args: argparse.Namespace) -> Config:
     return config
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from magpie_tts.daemon.main import run
+    from magpie_tts.daemon.systemd import setup_logging
+
+    config = load_config(args.config)
+    setup_logging(args.log_level or config.log_level)
+    return run(config)
+
+
 def cmd_say(args: argparse.Namespace) -> int:
     from magpie_tts.daemon.voices import engine_config
     from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
@@ -61,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the daemon (MQTT → speech), as systemd does")
+    run.set_defaults(func=cmd_run)
 
     say = sub.add_parser("say", help="speak TEXT (to ALSA, or to a WAV with --out)")
     say.add_argument("text")

@@ -1,0 +1,70 @@
+"""sd_notify (READY/STATUS/WATCHDOG/STOPPING) through systemd-python, and journald logging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def under_systemd() -> bool:
+    return bool(os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"))
+
+
+def setup_logging(level: str) -> None:
+    """journald when systemd started us (detected), stderr otherwise — never neither."""
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(level)
+    handler: logging.Handler | None = None
+    if under_systemd():
+        try:
+            from systemd.journal import JournalHandler
+
+            handler = JournalHandler(SYSLOG_IDENTIFIER="magpie-tts")
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        except ImportError:
+            handler = None
+    if handler is None:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+
+
+class Notifier:
+    """No-ops when NOTIFY_SOCKET is unset (not started by systemd)."""
+
+    def __init__(self) -> None:
+        self.enabled = bool(os.environ.get("NOTIFY_SOCKET"))
+        usec = os.environ.get("WATCHDOG_USEC", "")
+        pid = os.environ.get("WATCHDOG_PID", "")
+        watchdog_for_us = not pid or pid == str(os.getpid())
+        self.watchdog_s = int(usec) / 1e6 if usec.isdigit() and watchdog_for_us else None
+        self._notify = None
+        if self.enabled:
+            try:
+                from systemd import daemon
+
+                self._notify = daemon.notify
+            except ImportError:
+                log.warning("systemd-python missing: cannot notify systemd")
+                self.enabled = False
+
+    def send(self, state: str) -> None:
+        if self._notify is not None:
+            self._notify(state)
+
+    def ready(self, status: str) -> None:
+        self.send(f"STATUS={status}")
+        self.send("READY=1")
+
+    def status(self, status: str) -> None:
+        self.send(f"STATUS={status}")
+
+    def watchdog(self) -> None:
+        self.send("WATCHDOG=1")
+
+    def stopping(self) -> None:
+        self.send("STOPPING=1")
