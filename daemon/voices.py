@@ -29,6 +29,7 @@ def engine_config(config: Config) -> EngineConfig:
         schedule=section.schedule,
         context=section.context_frames,
         max_clause_words=section.max_clause_words,
+        first_clause_words=section.first_clause_words,
         max_text_chars=config.limits.max_text_bytes,
         phrase_cache_bytes=int(section.cache_mb * 1024 * 1024),
     )

@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from .runtime import device_type
 
-DEFAULT_SCHEDULE = (16, 32, 64, 128)
+DEFAULT_SCHEDULE = (16, 32, 64, 128, 256)
 DEFAULT_CONTEXT = 16
 
 
@@ -28,19 +28,27 @@ class Window:
     keep_to: int  # one past the last core frame
 
 
-def plan_windows(frames: int, schedule: tuple[int, ...], context: int) -> Iterator[Window]:
-    """Windows covering [0, frames) with growing cores; lengths stay on fixed buckets."""
-    if frames <= schedule[0] + context:
+def plan_windows(
+    frames: int, schedule: tuple[int, ...], context: int, first_step: int = 0
+) -> Iterator[Window]:
+    """Windows covering [0, frames) with growing cores; lengths stay on fixed buckets.
+
+    first_step > 0 starts further along the schedule: later clauses of an utterance are
+    decoded while earlier audio plays, so they need no small first chunk.
+    """
+    first_step = min(first_step, len(schedule) - 1)
+    if frames <= schedule[first_step] + context:
         yield Window(0, frames, 0, frames)
         return
-    core_start, step = 0, 0
+    core_start, step = 0, first_step
     while core_start < frames:
         core = schedule[min(step, len(schedule) - 1)]
         core_stop = min(frames, core_start + core)
         if frames - core_stop < core // 4:
             core_stop = frames  # fold a tiny tail into this window
-        length = window_length(core, context, first=step == 0)
-        start = 0 if step == 0 else core_start - context
+        first = core_start == 0
+        length = window_length(core, context, first=first)
+        start = 0 if first else core_start - context
         stop = start + length
         if stop > frames:  # at the end: slide left, taking extra left context
             stop = frames
@@ -55,7 +63,7 @@ def window_length(core: int, context: int, first: bool) -> int:
 
 
 def bucket_lengths(schedule: tuple[int, ...], context: int) -> list[int]:
-    lengths = {window_length(schedule[0], context, first=True)}
+    lengths = {window_length(core, context, first=True) for core in schedule}
     lengths.update(window_length(core, context, first=False) for core in schedule)
     return sorted(lengths)
 
@@ -121,10 +129,12 @@ class ChunkedDecoder:
         self.session.run_with_iobinding(binding)
         return value_out.numpy().reshape(-1)
 
-    def stream(self, z: np.ndarray, sid: int | None = None) -> Iterator[np.ndarray]:
+    def stream(
+        self, z: np.ndarray, sid: int | None = None, first_step: int = 0
+    ) -> Iterator[np.ndarray]:
         """Yield float audio for z chunk by chunk; stopping iteration abandons the rest."""
         frames = z.shape[2]
-        for window in plan_windows(frames, self.schedule, self.context):
+        for window in plan_windows(frames, self.schedule, self.context, first_step):
             audio = self.decode(z[:, :, window.start : window.stop], sid)
             lo = (window.keep_from - window.start) * self.hop
             hi = (window.keep_to - window.start) * self.hop

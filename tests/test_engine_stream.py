@@ -84,11 +84,17 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(frames=st.integers(1, 2000), context=st.sampled_from([0, 4, 8, 16]))
-def test_window_plan_covers_every_frame_with_context(frames: int, context: int) -> None:
-    schedule = (16, 32, 64, 128)
+@given(
+    frames=st.integers(1, 2000),
+    context=st.sampled_from([0, 4, 8, 16]),
+    first_step=st.integers(0, 5),
+)
+def test_window_plan_covers_every_frame_with_context(
+    frames: int, context: int, first_step: int
+) -> None:
+    schedule = (16, 32, 64, 128, 256)
     buckets = set(bucket_lengths(schedule, context))
-    windows = list(plan_windows(frames, schedule, context))
+    windows = list(plan_windows(frames, schedule, context, first_step))
     assert windows[0].keep_from == 0 and windows[-1].keep_to == frames
     for before, after in itertools.pairwise(windows):
         assert before.keep_to == after.keep_from

@@ -82,7 +82,7 @@ def test_ordinal() -> None:
 
 def test_clauses_split_on_punctuation_not_abbreviations() -> None:
     text = 'Hello there, Dr. Smith. J. R. wrote it; e.g. this! He said "no." Next\nline'
-    assert split_clauses(text) == [
+    assert split_clauses(text, first_words=0) == [
         "Hello there,",
         "Dr. Smith.",
         "J. R. wrote it;",
@@ -95,17 +95,29 @@ def test_clauses_split_on_punctuation_not_abbreviations() -> None:
 
 def test_long_run_on_text_is_cut_at_max_words() -> None:
     words = " ".join(f"w{i}" for i in range(45))
-    clauses = split_clauses(words, max_words=20)
+    clauses = split_clauses(words, max_words=20, first_words=0)
     assert [len(c.split()) for c in clauses] == [20, 20, 5]
+
+
+def test_first_clause_is_short_and_cut_before_a_function_word() -> None:
+    text = (
+        "The weather in Boston stays mostly sunny with a gentle breeze from the west "
+        "and temperatures near seventy degrees."
+    )
+    clauses = split_clauses(text, max_words=20, first_words=6)
+    assert clauses[0] == "The weather in Boston stays mostly sunny"  # cut before "with"
+    assert " ".join(clauses) == text
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    text=st.text(alphabet=st.sampled_from(list('ab .,;!?\n"Dr')), max_size=80),
+    text=st.lists(st.sampled_from([*'ab .,;!?\n"Dr', " and ", " with ", "word "]), max_size=40).map(
+        "".join
+    ),
     cuts=st.lists(st.integers(0, 80), max_size=10),
 )
 def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> None:
-    splitter = ClauseSplitter(max_words=5)
+    splitter = ClauseSplitter(max_words=5, first_words=3)
     pieces, last = [], 0
     for cut in sorted(c for c in cuts if c <= len(text)):
         pieces.append(text[last:cut])
@@ -113,4 +125,4 @@ def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> 
     pieces.append(text[last:])
     streamed = [c for piece in pieces for c in splitter.feed(piece)]
     streamed += list(splitter.flush())
-    assert streamed == split_clauses(text, max_words=5)
+    assert streamed == split_clauses(text, max_words=5, first_words=3)

@@ -60,7 +60,32 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     voice = load_voice(args.voice or config.engine.voice)
     split = split_voice(voice, config.engine.state_dir)
     print(f"split graphs ready in {split.decoder.parent}")
+    if args.no_int8:
+        return 0
+    from magpie_tts.engine.quantize import prepare_int8
+
+    from . import recognizer
+
+    scorer = None
+    if recognizer.available():
+        model = recognizer.Recognizer()
+
+        def scorer(pcm, rate, text):  # type: ignore[no-untyped-def]
+            return model.wer_pcm(pcm, rate, text)[0]
+
+    report = prepare_int8(voice, split, scorer, force=args.force)
+    verdict = "INT8 decoder is the default" if report["passed"] else "fp32 stays the default"
+    print(f"INT8 gate: {report['reason']} -> {verdict}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    config = _load(args)
+    return run_bench(
+        config, repeats=args.repeats, peers=args.peers, rounds=args.rounds, voice=args.voice
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,10 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--speed", type=float, default=1.0)
     say.set_defaults(func=cmd_say)
 
-    prepare = sub.add_parser("prepare", help="split the voice graph (cached per model hash)")
+    prepare = sub.add_parser("prepare", help="split the voice graph, build and gate INT8")
     prepare.add_argument("--voice", type=Path)
+    prepare.add_argument("--no-int8", action="store_true", help="only split the graph")
+    prepare.add_argument("--force", action="store_true", help="rebuild INT8 even if present")
     prepare.set_defaults(func=cmd_prepare)
 
+    bench = sub.add_parser("bench", help="first audio / total / RTF / RSS vs piper-tts")
+    bench.add_argument("--repeats", type=int, default=7)
+    bench.add_argument("--rounds", type=int, default=2)
+    bench.add_argument("--voice", type=Path)
+    bench.add_argument(
+        "--peers",
+        nargs="*",
+        default=["streaming-vits"],
+        help="extra peers besides piper-tts, run when installed",
+    )
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

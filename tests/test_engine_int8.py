@@ -1,0 +1,115 @@
+"""INT8: the gate's verdicts, decoder selection from the report, and a real quantization."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import pytest
+from magpie_tts.engine.graph import split_voice
+from magpie_tts.engine.precision import int8_paths, select_decoder
+from magpie_tts.engine.quantize import (
+    CalibrationMethod,
+    _conv_groups,
+    _decode,
+    _decoder,
+    _Frontend,
+    _quantize,
+    _windows,
+    gate_verdict,
+    log_mel_distance,
+    pause_floor_dbfs,
+)
+from magpie_tts.engine.synth import SynthesisOptions
+
+GOOD = {
+    "speedup": 1.3,
+    "log_mel_db": 1.5,
+    "pause_floor_dbfs": -76.0,
+    "wer_fp32": 0.04,
+    "wer_int8": 0.05,
+}
+
+
+def test_gate_passes_a_fast_faithful_model() -> None:
+    passed, reason = gate_verdict(GOOD)
+    assert passed, reason
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"speedup": 1.02}, "not fast enough"),
+        ({"log_mel_db": 6.5}, "log-mel"),
+        ({"pause_floor_dbfs": -60.0}, "hiss"),
+        ({"wer_int8": 0.07}, "WER"),
+    ],
+)
+def test_gate_fails_on_each_bound(change: dict, words: str) -> None:
+    passed, reason = gate_verdict({**GOOD, **change})
+    assert not passed and words in reason
+
+
+def test_gate_fails_safe_without_a_recognizer() -> None:
+    report = {k: v for k, v in GOOD.items() if not k.startswith("wer")}
+    passed, reason = gate_verdict(report)
+    assert not passed and "WER not measured" in reason
+
+
+def test_decoder_selection_follows_the_report(voice, state_dir) -> None:
+    split = split_voice(voice, state_dir)
+    model, report = int8_paths(split)
+    assert select_decoder(split, "auto")[1] == "fp32"  # nothing prepared
+    model.write_bytes(split.decoder.read_bytes())
+    try:
+        report.write_text(json.dumps({"passed": False, "reason": "too noisy"}))
+        _, precision, why = select_decoder(split, "auto")
+        assert precision == "fp32" and "too noisy" in why
+        assert select_decoder(split, "int8")[1] == "int8"  # forced
+        report.write_text(json.dumps({"passed": True, "reason": "fine"}))
+        assert select_decoder(split, "auto") == (model, "int8", "INT8 passed its gate: fine")
+        assert select_decoder(split, "fp32")[1] == "fp32"
+    finally:
+        model.unlink()
+        report.unlink()
+
+
+def test_metrics_tell_noise_from_signal() -> None:
+    rng = np.random.default_rng(1)
+    t = np.arange(22050) / 22050
+    speechlike = (np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.float32)
+    assert log_mel_distance(speechlike, speechlike, 22050) == 0.0
+    noisy = speechlike + rng.normal(0, 0.01, len(t)).astype(np.float32)
+    assert log_mel_distance(speechlike, noisy, 22050) > 3.0
+    assert pause_floor_dbfs(noisy, 22050) > pause_floor_dbfs(speechlike, 22050) + 20
+
+
+def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
+    voice, state_dir, tmp_path
+) -> None:
+    """A real, small calibration: the variant `prepare` picks here is close to fp32."""
+    split = split_voice(voice, state_dir)
+    frontend = _Frontend(voice, split)
+    latents = frontend.latents(
+        "Good morning! The coffee machine is warming up and will be ready soon. "
+        "It will be windy tonight with gusts up to fifty kilometers per hour.",
+        SynthesisOptions(),
+    )
+    groups = _conv_groups(split)
+    assert groups["output"] and len([g for g in groups if g.startswith("upsample")]) >= 2
+    last_stage = sorted(g for g in groups if g.startswith("upsample"))[-1]
+    out = tmp_path / "int8.onnx"
+    _quantize(
+        split,
+        _windows(latents, 96),
+        out,
+        groups["output"] + groups[last_stage],
+        CalibrationMethod.Percentile,
+    )
+    fp32, int8 = _decoder(split.decoder, voice), _decoder(out, voice)
+    distances = [
+        log_mel_distance(_decode(fp32, z), _decode(int8, z), voice.sample_rate) for z in latents
+    ]
+    assert statistics.mean(distances) < 4.0
+    assert out.stat().st_size < 0.8 * split.decoder.stat().st_size

@@ -1,0 +1,245 @@
+"""`magpie-tts bench`: first audio, total time, RTF and peak RSS, Magpie vs its peers.
+
+Each system runs in its own worker process (so peak RSS is its own), on the same texts
+and the same voice, for several interleaved rounds; the table shows medians and the
+ratio of each system to piper-tts measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TEXTS = {
+    "short": "Turn on the kitchen lights.",
+    "medium": (
+        "The weather in Boston this afternoon will stay mostly sunny with a gentle breeze "
+        "from the west and temperatures climbing to around seventy two degrees tonight."
+    ),
+    "long": (
+        "Good morning, here is your briefing for this Tuesday in early spring. Your first "
+        "meeting starts at nine with the design team in the large room on the third floor, "
+        "and lunch with Sarah is booked for half past twelve at the Italian place downtown. "
+        "The weather stays dry until the late afternoon, when "
+        "showers are likely, so take an umbrella if you go out after four. Traffic on the "
+        "highway is lighter than usual, and your commute should take about twenty minutes. "
+        "Finally, remember that the package from your sister is due to arrive before noon."
+    ),
+}
+
+
+def _piper_runner(voice_path: str) -> Any:
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(voice_path)
+
+    def run(text: str) -> tuple[float | None, float]:
+        first = None
+        audio = 0.0
+        started = time.perf_counter()
+        for chunk in voice.synthesize(text):
+            if first is None:
+                first = time.perf_counter() - started
+            audio += len(chunk.audio_float_array) / chunk.sample_rate
+        return first, audio
+
+    return run
+
+
+def _magpie_runner(voice_path: str, precision: str, state_dir: str) -> Any:
+    from magpie_tts.engine import StreamingSynthesizer, load_voice
+    from magpie_tts.engine.runtime import RuntimeConfig
+    from magpie_tts.engine.synth import EngineConfig
+
+    synth = StreamingSynthesizer(
+        load_voice(voice_path),
+        EngineConfig(
+            cache_dir=Path(state_dir), runtime=RuntimeConfig(provider="cpu"), precision=precision
+        ),  # type: ignore[arg-type]
+    )
+    if synth.precision != precision:
+        raise SystemExit(f"{precision} decoder unavailable: {synth.precision_reason}")
+
+    def run(text: str) -> tuple[float | None, float]:
+        first = None
+        audio = 0.0
+        started = time.perf_counter()
+        for chunk in synth.stream(text):
+            if first is None:
+                first = time.perf_counter() - started
+            audio += chunk.duration_s
+        return first, audio
+
+    return run
+
+
+def _streaming_vits_runner(voice_path: str) -> Any:
+    from streaming_vits import StreamingTTS
+
+    tts = StreamingTTS(voice_path, verbose=False)
+
+    def run(text: str) -> tuple[float | None, float]:
+        first = None
+        samples = 0
+        started = time.perf_counter()
+        for chunk in tts.stream(text):
+            if first is None:
+                first = time.perf_counter() - started
+            samples += len(chunk.audio)
+        return first, samples / tts.sample_rate
+
+    return run
+
+
+def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[str, Any]:
+    loaded = time.perf_counter()
+    if system == "piper":
+        run = _piper_runner(voice_path)
+    elif system in ("magpie-fp32", "magpie-int8"):
+        run = _magpie_runner(voice_path, system.split("-")[1], state_dir)
+    elif system == "streaming-vits":
+        run = _streaming_vits_runner(voice_path)
+    else:
+        raise SystemExit(f"unknown system {system}")
+    load_s = time.perf_counter() - loaded
+    for text in TEXTS.values():  # warm every path once, as a daemon would be
+        run(text)
+    results: dict[str, Any] = {}
+    for name, text in TEXTS.items():
+        firsts, totals, audio = [], [], 0.0
+        for _ in range(repeats):
+            started = time.perf_counter()
+            first, audio = run(text)
+            totals.append(time.perf_counter() - started)
+            firsts.append(first or 0.0)
+        results[name] = {"first_s": firsts, "total_s": totals, "audio_s": audio}
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"system": system, "load_s": load_s, "texts": results, "peak_rss_mb": rss_mb}
+
+
+def available_systems(state_dir: Path, voice_path: str, peers: list[str]) -> list[str]:
+    from magpie_tts.engine import load_voice
+    from magpie_tts.engine.graph import split_dir
+    from magpie_tts.engine.precision import INT8_DECODER
+
+    systems = ["piper", "magpie-fp32"]
+    if (split_dir(state_dir, load_voice(voice_path)) / INT8_DECODER).is_file():
+        systems.append("magpie-int8")
+    else:
+        print("magpie-int8: not prepared (run `magpie-tts prepare`); skipped")
+    if "streaming-vits" in peers:
+        if importlib.util.find_spec("streaming_vits") is not None:
+            systems.append("streaming-vits")
+        else:
+            print("streaming-vits: not installed (pip install streaming-vits); skipped")
+    return systems
+
+
+def _median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+def report(runs: dict[str, list[dict[str, Any]]]) -> str:
+    lines = []
+    header = (
+        f"{'text':<7} {'system':<15} {'first ms':>9} {'total ms':>9} {'RTF':>7} "
+        f"{'first/piper':>11} {'RTF/piper':>9} {'RSS MB':>7}"
+    )
+    lines += [header, "-" * len(header)]
+    merged: dict[str, dict[str, dict[str, list[float]]]] = {}
+    audio: dict[str, float] = {}
+    rss: dict[str, float] = {}
+    for system, rounds in runs.items():
+        rss[system] = max(r["peak_rss_mb"] for r in rounds)
+        for r in rounds:
+            for text, data in r["texts"].items():
+                slot = merged.setdefault(system, {}).setdefault(text, {"first": [], "total": []})
+                slot["first"] += data["first_s"]
+                slot["total"] += data["total_s"]
+                audio[f"{system}/{text}"] = data["audio_s"]
+    for text in TEXTS:
+        base = merged.get("piper", {}).get(text)
+        for system in runs:
+            data = merged[system][text]
+            first, total = _median_ms(data["first"]), _median_ms(data["total"])
+            rtf = total / 1000 / audio[f"{system}/{text}"]
+            ratio_first = ratio_rtf = "-"
+            if base:
+                base_rtf = _median_ms(base["total"]) / 1000 / audio[f"piper/{text}"]
+                ratio_first = f"{first / _median_ms(base['first']):.3f}"
+                ratio_rtf = f"{rtf / base_rtf:.3f}"
+            lines.append(
+                f"{text:<7} {system:<15} {first:>9.1f} {total:>9.1f} {rtf:>7.4f} "
+                f"{ratio_first:>11} {ratio_rtf:>9} {rss[system]:>7.0f}"
+            )
+    return "\n".join(lines)
+
+
+def run_bench(
+    config: Any, repeats: int, peers: list[str], rounds: int = 2, voice: str | None = None
+) -> int:
+    from magpie_tts.engine import load_voice
+    from magpie_tts.engine.graph import split_voice
+
+    voice_path = str(load_voice(voice or config.engine.voice).model_path)
+    state_dir = config.engine.state_dir
+    split_voice(load_voice(voice_path), state_dir)
+    systems = available_systems(state_dir, voice_path, peers)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for round_index in range(rounds):  # interleave systems: machine drift hits all alike
+        for system in systems:
+            print(f"round {round_index + 1}/{rounds}: {system}", file=sys.stderr, flush=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "magpie_tts.tools.bench",
+                    "--worker",
+                    system,
+                    "--voice",
+                    voice_path,
+                    "--state-dir",
+                    str(state_dir),
+                    "--repeats",
+                    str(repeats),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if out.returncode != 0:
+                print(f"{system} failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+                runs.pop(system, None)
+                continue
+            runs[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = {k: v for k, v in runs.items() if v}
+    print(
+        f"\nmedians over {rounds} rounds x {repeats} runs per text; voice "
+        f"{Path(voice_path).name}; words: "
+        + ", ".join(f"{k} {len(v.split())}" for k, v in TEXTS.items())
+    )
+    print(report(runs))
+    return 0
+
+
+def _main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", required=True)
+    parser.add_argument("--voice", required=True)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    print(json.dumps(worker(args.worker, args.voice, args.state_dir, args.repeats)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
