@@ -44,5 +44,8 @@ prepare-int8: $(TEST_STAMP)
 bench: $(RUNTIME_STAMP)
 	$(BIN)/magpie-tts bench
 
+install-service:
+	tools/install-service.sh $(if $(JETSON),--jetson)
+
 clean:
 	rm -rf $(VENV) build

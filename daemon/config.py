@@ -47,11 +47,15 @@ class MqttConfig(_Section):
 
     def resolved_password(self) -> str | None:
         if self.password_file is not None:
+            path = self.password_file
+            credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+            if not path.is_absolute() and credentials:
+                path = Path(credentials) / path  # systemd LoadCredential=
             try:
-                return self.password_file.read_text(encoding="utf-8").strip()
+                return path.read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise ConfigError(
-                    f"mqtt.password_file: cannot read {self.password_file}: {exc}"
+                    f"mqtt.password_file: cannot read {path}: {exc}"
                 ) from exc
         return self.password
 
@@ -158,13 +162,13 @@ def load_config(path: Path | None = None, environ: dict[str, str] | None = None)
     explicit = path is not None or "MAGPIE_TTS_CONFIG" in environ
     path = path or Path(environ.get("MAGPIE_TTS_CONFIG", DEFAULT_CONFIG_PATH))
     data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
-    elif explicit:
-        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
     try:
         return Config.model_validate(_merge(data, _env_overrides(environ)))
     except ValidationError as exc:

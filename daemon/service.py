@@ -289,13 +289,13 @@ class Service:
     def _work(self) -> None:
         while True:
             self.worker_heartbeat = time.monotonic()
+            if self.stall_hook is not None:
+                self.stall_hook()
             request = self.queue.get(timeout=1.0)
             if request is None:
                 if self._stopping.is_set():
                     return
                 continue
-            if self.stall_hook is not None:
-                self.stall_hook()
             try:
                 self._speak(request)
             except EngineError as exc:

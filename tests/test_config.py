@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -56,6 +57,20 @@ def test_broken_toml_and_missing_file(tmp_path: Path) -> None:
         load_config(bad, environ={})
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml", environ={})
+
+
+def test_unreadable_config_is_a_clear_error(tmp_path: Path) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    (folder / "c.toml").write_text("")
+    folder.chmod(0)
+    try:
+        if os.access(folder / "c.toml", os.R_OK):
+            pytest.skip("running with permission to read anything (root)")
+        with pytest.raises(ConfigError, match="Permission denied"):
+            load_config(folder / "c.toml", environ={})
+    finally:
+        folder.chmod(0o755)
 
 
 def test_password_file_is_read_and_never_shown(tmp_path: Path) -> None:

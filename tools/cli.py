@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -30,6 +31,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     setup_logging(args.log_level or config.log_level)
     return run(config)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from magpie_tts.daemon.selftest import run_selftest
+    from magpie_tts.daemon.voices import VoiceRegistry
+
+    config = _load(args)
+    result = run_selftest(VoiceRegistry(config).default, config.selftest)
+    print(json.dumps(result, indent=2))
+    return 0 if result["passed"] else 3
 
 
 def cmd_say(args: argparse.Namespace) -> int:
@@ -98,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the daemon (MQTT → speech), as systemd does")
     run.set_defaults(func=cmd_run)
+
+    selftest = sub.add_parser("selftest", help="latency self-test against the budget")
+    selftest.set_defaults(func=cmd_selftest)
 
     say = sub.add_parser("say", help="speak TEXT (to ALSA, or to a WAV with --out)")
     say.add_argument("text")
