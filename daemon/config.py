@@ -54,9 +54,7 @@ class MqttConfig(_Section):
             try:
                 return path.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise ConfigError(
-                    f"mqtt.password_file: cannot read {path}: {exc}"
-                ) from exc
+                raise ConfigError(f"mqtt.password_file: cannot read {path}: {exc}") from exc
         return self.password
 
 

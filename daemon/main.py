@@ -78,6 +78,7 @@ def run(config: Config) -> int:
         # Test hook: SIGUSR1 makes the synthesis thread hang, as a deadlock would.
         hang = threading.Event()
         signal.signal(signal.SIGUSR1, lambda *_: setattr(service, "stall_hook", hang.wait))
+        service.fail_marker = "__magpie_fail__"
     while not stop.wait(min(interval, 5.0)):
         if service.healthy:
             notifier.watchdog()

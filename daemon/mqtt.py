@@ -47,7 +47,7 @@ class MqttLink:
         self,
         config: MqttConfig,
         topics: Topics,
-        on_message: Callable[[str, bytes, float], None],
+        on_message: Callable[[str, bytes, float, bool], None],
         on_connected: Callable[[], None],
         offline_status: dict[str, Any],
     ) -> None:
@@ -130,7 +130,7 @@ class MqttLink:
     def _message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
         arrived = time.monotonic()
         try:
-            self._on_message(message.topic, message.payload, arrived)
+            self._on_message(message.topic, message.payload, arrived, bool(message.dup))
         except Exception:  # a bug in one handler must not kill paho's network thread
             log.exception("error handling message on %s", message.topic)
 

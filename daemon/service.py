@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import threading
@@ -41,11 +42,13 @@ class Service:
         self._current_playback: Playback | None = None
         self._streams: dict[str, Request] = {}
         self._ended_ids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._recent_messages: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self.worker_heartbeat = time.monotonic()
         self.stale_s = 10.0
         self.stall_hook: Callable[[], None] | None = None  # tests: make the worker hang
+        self.fail_marker: str | None = None  # tests: text containing it fails in synthesis
         self._worker = threading.Thread(target=self._work, name="magpie-synth", daemon=True)
         self.mqtt = MqttLink(
             config.mqtt,
@@ -151,7 +154,17 @@ class Service:
 
     # -- incoming messages (paho's thread) --------------------------------------------------
 
-    def _on_message(self, topic: str, payload: bytes, arrived: float) -> None:
+    def _on_message(self, topic: str, payload: bytes, arrived: float, dup: bool = False) -> None:
+        # QoS 1 is at-least-once: after a reconnect the broker resends what we may already
+        # have taken (DUP flag). Speak each message once.
+        digest = hashlib.blake2b(topic.encode() + b"\0" + payload, digest_size=16).digest()
+        with self._lock:
+            if dup and digest in self._recent_messages:
+                log.info("dropping redelivered duplicate on %s", topic)
+                return
+            self._recent_messages[digest] = None
+            while len(self._recent_messages) > 2000:
+                self._recent_messages.popitem(last=False)
         limit = self.config.limits.max_text_bytes
         hermes = rq.hermes_context(payload) if topic == self.topics.hermes_say else None
         try:
@@ -334,6 +347,8 @@ class Service:
             request.stream_timed_out = True
 
     def _speak(self, request: Request) -> None:
+        if self.fail_marker and self.fail_marker in request.text:
+            raise RuntimeError("test hook: synthesis failure injected")
         synth = self.registry.get(request.voice)
         playback = Playback(
             sample_rate=synth.voice.sample_rate,

@@ -42,13 +42,22 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
 class Broker:
     """mosquitto on a free loopback port; restartable on the same port."""
 
-    def __init__(self, folder: Path, extra_conf: str = "", port: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, extra_conf: str = "", port: int | None = None, persistent: bool = False
+    ) -> None:
         self.folder = folder
         self.port = port or free_port()
         self.conf = folder / "mosquitto.conf"
+        persistence = "persistence false\n"
+        if persistent:  # sessions and queued QoS 1 messages survive a restart
+            persistence = f"persistence true\npersistence_location {folder}/\nautosave_interval 1\n"
         self.conf.write_text(
-            "per_listener_settings false\npersistence false\nlog_dest stderr\n"
-            f"listener {self.port} 127.0.0.1\n" + (extra_conf or "allow_anonymous true\n")
+            # user root: as root, mosquitto would drop to `mosquitto`, who cannot read
+            # pytest's private temp folders (password, ACL and key files live there).
+            "user root\nper_listener_settings false\nlog_dest stderr\n"
+            + persistence
+            + f"listener {self.port} 127.0.0.1\n"
+            + (extra_conf or "allow_anonymous true\n")
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -58,9 +67,12 @@ class Broker:
         wait_port(self.port)
         return self
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = False) -> None:
         if self.proc is not None:
-            self.proc.kill()
+            if graceful:
+                self.proc.terminate()
+            else:
+                self.proc.kill()
             self.proc.wait(10)
             self.proc = None
 
@@ -99,8 +111,10 @@ class Probe:
         self.client.on_message = self._on_message
         subscribed = threading.Event()
         self.client.on_subscribe = lambda *a: subscribed.set()
+        # (Re)subscribe on every connect: the probe follows broker restarts too.
+        self.client.on_connect = lambda c, *a: c.subscribe([(t, 1) for t in topics])
+        self.client.reconnect_delay_set(0.2, 1)
         self.client.connect("127.0.0.1" if not connect.get("host") else connect["host"], port)
-        self.client.subscribe([(t, 1) for t in topics])
         self.client.loop_start()
         if not subscribed.wait(10):
             raise TimeoutError("probe could not subscribe")
