@@ -170,6 +170,7 @@ ASOUNDRC = """\
 pcm.ttstap {{ type file  slave.pcm "null"  file "{tap}"  format "raw"  truncate true }}
 pcm.ttspaced {{ type file  slave.pcm "null"  format "raw"
                file "|pv -q -B 4096 -L 44100 > {paced}" }}
+pcm.ttspulse {{ type pulse  server "unix:{pulse_socket}" }}
 """
 
 
@@ -244,7 +245,11 @@ def make_daemon(
 ) -> Daemon:
     folder.mkdir(parents=True, exist_ok=True)
     asoundrc = folder / "asoundrc"
-    asoundrc.write_text(ASOUNDRC.format(tap=folder / "tap.raw", paced=folder / "paced.raw"))
+    asoundrc.write_text(
+        ASOUNDRC.format(
+            tap=folder / "tap.raw", paced=folder / "paced.raw", pulse_socket=folder / "pulse.sock"
+        )
+    )
     base = f"t{time.time_ns() % 10**9}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
     env.pop("NOTIFY_SOCKET", None)
@@ -265,6 +270,55 @@ def make_daemon(
     env.update({f"MAGPIE_TTS_{k.upper()}": v for k, v in settings.items()})
     (folder / "absent-is-fine.toml").write_text("")
     return Daemon(folder, port, base, env)
+
+
+class PulseSink:
+    """A PulseAudio null sink on a private socket: a paced device that can underrun and
+    can vanish (kill it) and come back, as a USB or Bluetooth speaker does."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.socket = folder / "pulse.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> PulseSink:
+        runtime = self.folder / "pulse-runtime"
+        runtime.mkdir(exist_ok=True)
+        env = {**os.environ, "HOME": str(runtime), "XDG_RUNTIME_DIR": str(runtime)}
+        log = (self.folder / "pulse.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                "pulseaudio",
+                "-n",
+                "--daemonize=no",
+                "--exit-idle-time=-1",
+                "--disable-shm=yes",
+                "--use-pid-file=no",
+                "--log-target=stderr",
+                f"--load=module-native-protocol-unix socket={self.socket} auth-anonymous=1",
+                "--load=module-null-sink sink_name=magpie",
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+        deadline = time.monotonic() + 15
+        while not self.socket.exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("pulseaudio did not start: " + self.log())
+            time.sleep(0.05)
+        return self
+
+    def log(self) -> str:
+        path = self.folder / "pulse.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+        self.socket.unlink(missing_ok=True)
 
 
 def have(program: str) -> bool:
