@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,6 +75,8 @@ def decode_utf8(payload: bytes, limit: int) -> str:
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} col {exc.colno}"
         raise PayloadError(f"invalid JSON: {exc.msg} at {where}") from None
@@ -123,13 +127,29 @@ def _options(data: dict[str, Any], request: Request) -> None:
     request.priority = priority
 
 
+_MARKUP = re.compile(r"<[A-Za-z/!?][^<>]*>")
+
+
+def check_text(text: str, request_id: str | None = None) -> str:
+    """Refuse what a speaker must not read out: control characters and markup."""
+    for char in text:
+        if unicodedata.category(char) == "Cc" and char not in "\t\n\r":
+            raise PayloadError(f"text contains a control character (U+{ord(char):04X})", request_id)
+    tag = _MARKUP.search(text)
+    if tag:
+        raise PayloadError(
+            f"markup is not supported ({tag[0][:40]!r}): send plain text", request_id
+        )
+    return text
+
+
 def _text(data: dict[str, Any], request_id: str | None, required: bool = True) -> str:
     text = data.get("text", "")
     if not isinstance(text, str):
         raise PayloadError("field 'text' must be a string", request_id)
     if required and not text.strip():
         raise PayloadError("text is empty", request_id)
-    return text
+    return check_text(text, request_id)
 
 
 def parse_say(payload: bytes, limit: int) -> Request:
@@ -144,7 +164,7 @@ def parse_say(payload: bytes, limit: int) -> Request:
             request.text = _text(data, request.id)
             _options(data, request)
         return request
-    return Request(id=uuid.uuid4().hex[:12], text=text)
+    return Request(id=uuid.uuid4().hex[:12], text=check_text(text))
 
 
 @dataclass
