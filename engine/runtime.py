@@ -84,6 +84,18 @@ def _provider_entry(name: str, config: RuntimeConfig) -> Any:
     return _ORT_NAMES[name]
 
 
+def confirm_provider(choice: ProviderChoice, session: ort.InferenceSession) -> None:
+    """onnxruntime silently falls back (e.g. CUDA listed but no GPU): record what runs."""
+    names = {v: k for k, v in _ORT_NAMES.items()}
+    actual = names.get(session.get_providers()[0], "cpu")
+    if actual != choice.used:
+        choice.warning = (
+            f"execution provider {choice.used!r} failed to initialise; running on {actual!r}"
+        )
+        log.warning(choice.warning)
+        choice.used = actual
+
+
 def device_type(provider: str) -> str:
     return "cpu" if provider == "cpu" else "cuda"
 

@@ -19,7 +19,7 @@ from .errors import TextError, VoiceError
 from .graph import split_voice
 from .phonemize import Phonemizer
 from .precision import select_decoder
-from .runtime import RuntimeConfig, choose_provider, make_session
+from .runtime import RuntimeConfig, choose_provider, confirm_provider, make_session
 from .segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
 from .voice import Voice
 
@@ -105,6 +105,7 @@ class StreamingSynthesizer:
             decoder_session = make_session(decoder_path, config.runtime, self.choice)
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise VoiceError(f"cannot load voice {voice.model_path}: {exc}") from exc
+        confirm_provider(self.choice, decoder_session)
         self.decoder = ChunkedDecoder(
             decoder_session, self.choice.used, voice.hop_length, config.schedule, config.context
         )

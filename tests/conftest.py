@@ -8,22 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, load_voice
+from magpie_tts.engine.quantize import GATE_TEXTS
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
 from magpie_tts.tools.recognizer import Recognizer
 
-SPEAKER_SENTENCES = [
-    "Your timer for the pasta is done.",
-    "It is twenty two degrees and sunny in Boston right now.",
-    "I added milk and eggs to your shopping list.",
-    "The next train to the city leaves at six thirty.",
-    "Turning off the lights in the living room.",
-    "You have three new messages from your sister.",
-    "Tomorrow will be cloudy with a chance of rain in the afternoon.",
-    "Playing relaxing music in the kitchen.",
-    "The front door is locked and the alarm is set.",
-    "Your package will arrive on Friday between noon and four.",
-]
+SPEAKER_SENTENCES = GATE_TEXTS[:10]  # smart-speaker sentences, shared with the INT8 gate
 
 
 @pytest.fixture(scope="session")

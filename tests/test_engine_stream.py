@@ -214,3 +214,18 @@ def test_phrase_cache_hit_streams_identical_audio(voice, tmp_path) -> None:
     chunks = list(cached.stream("Timer done.", QUIET))
     assert cached.phrase_cache.hits == 1
     assert len(chunks) == 1 and np.array_equal(chunks[0].pcm, first)
+
+
+def test_unavailable_provider_falls_back_to_cpu_loudly(voice, state_dir, caplog) -> None:
+    from magpie_tts.engine import StreamingSynthesizer
+    from magpie_tts.engine.runtime import RuntimeConfig
+    from magpie_tts.engine.synth import EngineConfig
+
+    config = EngineConfig(cache_dir=state_dir, runtime=RuntimeConfig(provider="tensorrt"))
+    with caplog.at_level("WARNING"):
+        synth = StreamingSynthesizer(voice, config)
+    if synth.choice.used != "cpu":
+        pytest.skip("a GPU provider is really available here")
+    assert synth.choice.warning and "tensorrt" in synth.choice.warning
+    assert "tensorrt" in caplog.text
+    assert len(synth.synthesize("Still speaking on the CPU.")) > 0

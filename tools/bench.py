@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +37,33 @@ TEXTS = {
 }
 
 
-def _piper_runner(voice_path: str) -> Any:
-    from piper import PiperVoice
+Runner = Callable[[str], Iterator[float]]  # text → seconds of audio per chunk, as made
 
-    voice = PiperVoice.load(voice_path)
+
+def _timed(chunks: Runner) -> Callable[[str], tuple[float | None, float]]:
+    """(seconds to the first chunk, seconds of audio) for one synthesis."""
 
     def run(text: str) -> tuple[float | None, float]:
         first = None
         audio = 0.0
         started = time.perf_counter()
-        for chunk in voice.synthesize(text):
+        for seconds in chunks(text):
             if first is None:
                 first = time.perf_counter() - started
-            audio += len(chunk.audio_float_array) / chunk.sample_rate
+            audio += seconds
         return first, audio
 
     return run
 
 
-def _magpie_runner(voice_path: str, precision: str, state_dir: str) -> Any:
+def _piper_runner(voice_path: str) -> Runner:
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(voice_path)
+    return lambda text: (len(c.audio_float_array) / c.sample_rate for c in voice.synthesize(text))
+
+
+def _magpie_runner(voice_path: str, precision: str, state_dir: str) -> Runner:
     from magpie_tts.engine import StreamingSynthesizer, load_voice
     from magpie_tts.engine.runtime import RuntimeConfig
     from magpie_tts.engine.synth import EngineConfig
@@ -67,48 +76,27 @@ def _magpie_runner(voice_path: str, precision: str, state_dir: str) -> Any:
     )
     if synth.precision != precision:
         raise SystemExit(f"{precision} decoder unavailable: {synth.precision_reason}")
-
-    def run(text: str) -> tuple[float | None, float]:
-        first = None
-        audio = 0.0
-        started = time.perf_counter()
-        for chunk in synth.stream(text):
-            if first is None:
-                first = time.perf_counter() - started
-            audio += chunk.duration_s
-        return first, audio
-
-    return run
+    return lambda text: (c.duration_s for c in synth.stream(text))
 
 
-def _streaming_vits_runner(voice_path: str) -> Any:
+def _streaming_vits_runner(voice_path: str) -> Runner:
     from streaming_vits import StreamingTTS
 
     tts = StreamingTTS(voice_path, verbose=False)
-
-    def run(text: str) -> tuple[float | None, float]:
-        first = None
-        samples = 0
-        started = time.perf_counter()
-        for chunk in tts.stream(text):
-            if first is None:
-                first = time.perf_counter() - started
-            samples += len(chunk.audio)
-        return first, samples / tts.sample_rate
-
-    return run
+    return lambda text: (len(c.audio) / tts.sample_rate for c in tts.stream(text))
 
 
 def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[str, Any]:
     loaded = time.perf_counter()
     if system == "piper":
-        run = _piper_runner(voice_path)
+        chunks = _piper_runner(voice_path)
     elif system in ("magpie-fp32", "magpie-int8"):
-        run = _magpie_runner(voice_path, system.split("-")[1], state_dir)
+        chunks = _magpie_runner(voice_path, system.split("-")[1], state_dir)
     elif system == "streaming-vits":
-        run = _streaming_vits_runner(voice_path)
+        chunks = _streaming_vits_runner(voice_path)
     else:
         raise SystemExit(f"unknown system {system}")
+    run = _timed(chunks)
     load_s = time.perf_counter() - loaded
     for text in TEXTS.values():  # warm every path once, as a daemon would be
         run(text)
