@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import unicodedata
@@ -16,17 +17,30 @@ _BOS, _EOS, _PAD = "^", "$", "_"
 # espeak-ng keeps global state (voice, buffers): one caller at a time, process-wide.
 _ESPEAK_LOCK = threading.Lock()
 _espeak_ready = False
+_espeak_voice: str | None = None
 
 
-def _espeak():
-    global _espeak_ready
+def _espeak(voice: str):  # type: ignore[no-untyped-def]
+    """The bridge, set to `voice`. Call with _ESPEAK_LOCK held."""
+    global _espeak_ready, _espeak_voice
     from piper import espeakbridge
     from piper.phonemize_espeak import ESPEAK_DATA_DIR
 
     if not _espeak_ready:
         espeakbridge.initialize(str(ESPEAK_DATA_DIR))
         _espeak_ready = True
+    if voice != _espeak_voice:
+        # set_voice leaks ~1.3 KB per call inside the bridge: only when it changes.
+        espeakbridge.set_voice(voice)
+        _espeak_voice = voice
     return espeakbridge
+
+
+@functools.lru_cache(maxsize=4096)
+def _espeak_phonemes(voice: str, text: str) -> tuple[tuple[str, str, bool], ...]:
+    """Cached: a speaker repeats itself, and each bridge call leaks ~200 B (piper 1.8)."""
+    with _ESPEAK_LOCK:
+        return tuple(_espeak(voice).get_phonemes(text))
 
 
 class Phonemizer:
@@ -44,11 +58,7 @@ class Phonemizer:
             if part.startswith("[["):
                 out.extend(unicodedata.normalize("NFD", part[2:-2].strip()))
                 continue
-            with _ESPEAK_LOCK:
-                bridge = _espeak()
-                bridge.set_voice(self.voice.espeak_voice)
-                pieces = bridge.get_phonemes(part)
-            for phonemes, terminator, _end in pieces:
+            for phonemes, terminator, _end in _espeak_phonemes(self.voice.espeak_voice, part):
                 text = _LANG_FLAG.sub("", phonemes) + terminator
                 if out and out[-1] not in (" ",) and text and not text.startswith(" "):
                     out.append(" ")
