@@ -21,6 +21,7 @@ MIN_WORDS = 3
 
 _BOUNDARY = re.compile(r"[.!?;:,\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n")
 _WORD = re.compile(r"\S+(?=\s)")
+_PHONEME_BLOCK = re.compile(r"\[\[.*?\]\]", re.S)
 BREAK_WORDS = frozenset(
     "and but or nor so yet because while although though which who whom whose that when "
     "where after before until since unless if than as with without from for to in on at "
@@ -36,9 +37,14 @@ def _clause_end(text: str, limit: int, final: bool = False) -> int | None:
         words.append(match)
         if len(words) > reach:
             break
+    blocks = [m.span() for m in _PHONEME_BLOCK.finditer(text)]
     for match in _BOUNDARY.finditer(text):
         if match[0][0] == "." and abbreviation_before(text, match.start()):
             continue
+        if any(lo <= match.start() < hi for lo, hi in blocks):
+            continue  # punctuation inside inline [[ phonemes ]] belongs to them
+        if text.rfind("[[", 0, match.start()) > text.rfind("]]", 0, match.start()):
+            return None  # an inline phoneme block is still open: wait for its end
         if len(text[: match.start()].split()) <= limit:
             return match.end()
         break

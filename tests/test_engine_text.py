@@ -93,6 +93,14 @@ def test_clauses_split_on_punctuation_not_abbreviations() -> None:
     ]
 
 
+def test_inline_phonemes_are_never_split() -> None:
+    text = "Say [[ hɛˈloʊ, wˈɜːld. ]] now, please."
+    assert split_clauses(text, first_words=0) == ["Say [[ hɛˈloʊ, wˈɜːld. ]] now,", "please."]
+    splitter = ClauseSplitter(first_words=0)
+    assert list(splitter.feed("Say [[ hɛˈloʊ, ")) == []  # block still open
+    assert list(splitter.feed("wˈɜːld. ]] now, ")) == ["Say [[ hɛˈloʊ, wˈɜːld. ]] now,"]
+
+
 def test_long_run_on_text_is_cut_at_max_words() -> None:
     words = " ".join(f"w{i}" for i in range(45))
     clauses = split_clauses(words, max_words=20, first_words=0)

@@ -150,7 +150,11 @@ class Soak:
             "rss_start_mb": round(start_rss / 1024, 1),
             "rss_end_mb": round(end_rss / 1024, 1),
             "rss_growth_pct": round(100 * (end_rss - start_rss) / start_rss, 2),
+            # message arrival → first frame handed to ALSA (includes queueing if window > 1)
             "ttfa_ms_median": round(statistics.median(ttfa), 1) if ttfa else None,
+            "ttfa_ms_p95": round(statistics.quantiles(ttfa, n=20)[-1], 1)
+            if len(ttfa) > 20
+            else None,
             "seconds": round(elapsed, 1),
         }
 
@@ -169,11 +173,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--state-dir", type=Path)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=8,
+        help="requests in flight; 1 measures publish → first ALSA frame without queueing",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="magpie-soak-") as tmp:
         soak = Soak(Path(tmp), args.state_dir)
         try:
-            result = soak.run(args.count)
+            result = soak.run(args.count, window=args.window, warmup=min(50, args.count // 2))
         finally:
             soak.close()
     print(json.dumps(result, indent=2))
