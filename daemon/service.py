@@ -189,12 +189,12 @@ class Service:
         if self._stopping.is_set():
             raise PayloadError("daemon is shutting down", request.id)
         with self._lock:
-            if (
-                request.id in self._ended_ids
-                or self.queue.find(request.id)
-                or (self.current is not None and self.current.id == request.id)
+            # An id may come back once its utterance is over ("doorbell" every day), but
+            # two live requests with one id would make events and stop-by-id ambiguous.
+            if self.queue.find(request.id) or (
+                self.current is not None and self.current.id == request.id
             ):
-                raise PayloadError(f"duplicate request id {request.id!r}", request.id)
+                raise PayloadError(f"request id {request.id!r} is already queued", request.id)
         self.rate.check(request.id)
         request.received_at = arrived
 

@@ -114,3 +114,14 @@ def test_stream_topic_speaks_before_final(daemon, probe) -> None:
     )[0]
     assert done["duration_s"] > 2.0  # the whole reply, not only the first clause
     assert probe.events(daemon.base, "st-1") == ["queued", "started", "finished"]
+
+
+def test_an_id_can_be_reused_once_its_utterance_is_over(daemon, probe) -> None:
+    for times in (1, 2):
+        daemon.say(json.dumps({"text": "Ding dong.", "id": "doorbell"}))
+        probe.wait(
+            f"{daemon.base}/events",
+            lambda e: e["id"] == "doorbell" and e["event"] == "finished",
+            count=times,
+        )
+    assert probe.events(daemon.base, "doorbell").count("finished") == 2
