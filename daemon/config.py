@@ -63,8 +63,6 @@ class AudioConfig(_Section):
     period_frames: int = Field(256, ge=32, le=8192)
     periods: int = Field(4, ge=2, le=64)
     volume: float = Field(1.0, ge=0.0, le=2.0)
-    # Where no sound card exists, write each utterance as a WAV here instead of failing.
-    wav_fallback_dir: Path | None = None
     open_retry_max_s: float = Field(30.0, gt=0)
     lead_seconds: float = Field(2.0, gt=0, le=30)  # synthesized audio allowed ahead of ALSA
 

@@ -191,10 +191,6 @@ class Player:
             self._cond.notify_all()
 
     @property
-    def queued_seconds(self) -> float:
-        return self._queued_frames / max(1, self.output.rate or 22050)
-
-    @property
     def idle(self) -> bool:
         return self._idle
 

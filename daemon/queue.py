@@ -33,10 +33,6 @@ class RequestQueue:
                 return None
             return heapq.heappop(self._heap)[1]
 
-    def peek_rank(self) -> tuple[int, int] | None:
-        with self._cond:
-            return self._heap[0][0] if self._heap else None
-
     def remove(self, request_id: str | None) -> list[Request]:
         """Remove one request by id, or all when None; returns what was removed."""
         with self._cond:

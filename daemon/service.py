@@ -104,8 +104,14 @@ class Service:
             "speaking": self.current.id if self.current else None,
             "xruns": self.player.output.xruns,
             "audio": self.player.device_error or "ok",
+            "mqtt_reconnects": max(0, self.mqtt.connects - 1),
             **self.stats.summary(),
         }
+        if synth.phrase_cache is not None:
+            status["phrase_cache"] = {
+                "hits": synth.phrase_cache.hits,
+                "misses": synth.phrase_cache.misses,
+            }
         if self.degraded:
             status["degraded"] = self.degraded
         if synth.choice.warning:

@@ -50,10 +50,6 @@ class PhraseCache:
         )
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
-    @property
-    def size_bytes(self) -> int:
-        return sum(self._entries.values())
-
     def get(self, key: str) -> np.ndarray | None:
         path = self.directory / f"{key}.pcm"
         with self._lock:

@@ -76,10 +76,6 @@ class ClauseSplitter:
         self._buffer = ""
         self._emitted = 0
 
-    @property
-    def pending(self) -> str:
-        return self._buffer
-
     def _limit(self) -> int:
         return self.first_words if self._emitted == 0 else self.max_words
 

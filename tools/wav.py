@@ -15,10 +15,3 @@ def write_wav(path: Path, pcm: np.ndarray, sample_rate: int) -> None:
         handle.setsampwidth(2)
         handle.setframerate(sample_rate)
         handle.writeframes(pcm.astype("<i2").tobytes())
-
-
-def read_wav(path: Path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path), "rb") as handle:
-        if handle.getsampwidth() != 2 or handle.getnchannels() != 1:
-            raise ValueError(f"{path}: expected 16-bit mono WAV")
-        return np.frombuffer(handle.readframes(handle.getnframes()), "<i2"), handle.getframerate()
