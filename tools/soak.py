@@ -58,7 +58,7 @@ class Soak:
         self.port = _free_port()
         conf = folder / "mosquitto.conf"
         conf.write_text(
-            f"user root\npersistence false\nlog_dest none\nlistener {self.port} "
+            f"persistence false\nlog_dest none\nlistener {self.port} "
             "127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\n"
         )
         self.broker = subprocess.Popen(["mosquitto", "-c", str(conf)])
