@@ -31,12 +31,9 @@ from onnxruntime.quantization import (
 
 from .decoder import ChunkedDecoder
 from .graph import SplitGraph
-from .phonemize import Phonemizer
 from .precision import int8_paths
 from .runtime import RuntimeConfig, choose_provider, make_session
-from .segment import split_clauses
-from .synth import SynthesisOptions, to_pcm
-from .text import normalize
+from .synth import StreamingSynthesizer, SynthesisOptions, to_pcm
 from .voice import Voice
 
 log = logging.getLogger(__name__)
@@ -146,37 +143,15 @@ class _WindowReader(CalibrationDataReader):
         return None if window is None else {self._name: window}
 
 
-class _Frontend:
-    def __init__(self, voice: Voice, split: SplitGraph) -> None:
-        runtime = RuntimeConfig(provider="cpu")
-        self.voice = voice
-        self.session = make_session(split.frontend, runtime, choose_provider(runtime))
-        self.phonemizer = Phonemizer(voice)
-
-    def latents(self, text: str, options: SynthesisOptions) -> list[np.ndarray]:
-        scales = np.array(
-            [
-                self.voice.noise_scale if options.noise_scale is None else options.noise_scale,
-                self.voice.length_scale,
-                self.voice.noise_w if options.noise_w is None else options.noise_w,
-            ],
-            dtype=np.float32,
-        )
-        out = []
-        for clause in split_clauses(text):
-            ids = self.phonemizer.clause_ids(normalize(clause))
-            feeds = {
-                "input": np.array([ids], np.int64),
-                "input_lengths": np.array([len(ids)], np.int64),
-                "scales": scales,
-            }
-            out.append(self.session.run(None, feeds)[0])
-        return out
+def latents(synth: StreamingSynthesizer, text: str) -> list[np.ndarray]:
+    """The fp32 frontend's z for each clause of text, as streaming would make them."""
+    options = SynthesisOptions()
+    return [synth.latent(synth.phonemizer.clause_ids(c), options) for c in synth.clauses(text)]
 
 
-def _windows(latents: list[np.ndarray], length: int) -> list[np.ndarray]:
+def _windows(zs: list[np.ndarray], length: int) -> list[np.ndarray]:
     windows = []
-    for z in latents:
+    for z in zs:
         for start in range(0, max(1, z.shape[2] - length + 1), length // 2):
             window = z[:, :, start : start + length]
             if window.shape[2] == length:
@@ -237,27 +212,27 @@ def _conv_groups(split: SplitGraph) -> dict[str, list[str]]:
     return groups
 
 
-def _timed(decoder: ChunkedDecoder, latents: list[np.ndarray]) -> float:
+def _timed(decoder: ChunkedDecoder, zs: list[np.ndarray]) -> float:
     started = time.perf_counter()
-    for z in latents:
+    for z in zs:
         for _ in decoder.stream(z):
             pass
     return time.perf_counter() - started
 
 
 def _speed(
-    fp32: ChunkedDecoder, int8: ChunkedDecoder, latents: list[np.ndarray], rounds: int = 5
+    fp32: ChunkedDecoder, int8: ChunkedDecoder, zs: list[np.ndarray], rounds: int = 5
 ) -> tuple[float, float]:
     """Median seconds for the whole set; interleaved so machine drift hits both alike."""
     fp32_times, int8_times = [], []
     for _ in range(rounds):
-        fp32_times.append(_timed(fp32, latents))
-        int8_times.append(_timed(int8, latents))
+        fp32_times.append(_timed(fp32, zs))
+        int8_times.append(_timed(int8, zs))
     return statistics.median(fp32_times), statistics.median(int8_times)
 
 
 def prepare_int8(
-    voice: Voice,
+    synth: StreamingSynthesizer,
     split: SplitGraph,
     wer_scorer: Callable[[np.ndarray, int, str], float] | None = None,
     force: bool = False,
@@ -270,15 +245,17 @@ def prepare_int8(
         if report.get("format") == GATE_FORMAT and (report.get("wer_measured") or not wer_scorer):
             progress(f"INT8 decoder already prepared ({report['reason']})")
             return report
+    if synth.precision != "fp32":
+        raise ValueError("prepare_int8 needs an fp32 synthesizer as its reference")
     started = time.perf_counter()
-    frontend = _Frontend(voice, split)
+    voice = synth.voice
     progress(f"[1/4] calibration latents from {len(CALIBRATION_TEXTS)} sentences")
     calibration = _windows(
-        [z for text in CALIBRATION_TEXTS for z in frontend.latents(text, SynthesisOptions())],
+        [z for text in CALIBRATION_TEXTS for z in latents(synth, text)],
         CALIBRATION_WINDOW,
     )
-    gate_latents = [z for text in GATE_TEXTS for z in frontend.latents(text, SynthesisOptions())]
-    fp32 = _decoder(split.decoder, voice)
+    gate_latents = [z for text in GATE_TEXTS for z in latents(synth, text)]
+    fp32 = synth.decoder
     references = [_decode(fp32, z) for z in gate_latents]
 
     groups = _conv_groups(split)
@@ -336,7 +313,7 @@ def prepare_int8(
         + ("" if wer_scorer else " skipped: no recognizer installed")
     )
     if wer_scorer is not None:
-        wer_fp32, wer_int8 = _wer(wer_scorer, fp32, int8, frontend, voice)
+        wer_fp32, wer_int8 = _wer(wer_scorer, fp32, int8, synth, voice)
         report.update(wer_fp32=round(wer_fp32, 4), wer_int8=round(wer_int8, 4))
     report["passed"], report["reason"] = gate_verdict(report)
     report["prepare_s"] = round(time.perf_counter() - started, 1)
@@ -374,14 +351,14 @@ def _wer(
     scorer: Callable[[np.ndarray, int, str], float],
     fp32: ChunkedDecoder,
     int8: ChunkedDecoder,
-    frontend: _Frontend,
+    synth: StreamingSynthesizer,
     voice: Voice,
 ) -> tuple[float, float]:
     """Mean WER over the gate sentences, both decoders fed the same latents."""
     fp32_rates, int8_rates = [], []
     for text in GATE_TEXTS:
-        latents = frontend.latents(text, SynthesisOptions())
+        clause_latents = latents(synth, text)
         for decoder, rates in ((fp32, fp32_rates), (int8, int8_rates)):
-            pcm = to_pcm(np.concatenate([_decode(decoder, z) for z in latents]))
+            pcm = to_pcm(np.concatenate([_decode(decoder, z) for z in clause_latents]))
             rates.append(scorer(pcm, voice.sample_rate, text))
     return float(np.mean(fp32_rates)), float(np.mean(int8_rates))

@@ -1,10 +1,10 @@
 """Clause segmentation shared by whole-text and incremental (token-stream) input.
 
 A clause ends at . ! ? ; : , (plus closing quotes/brackets) followed by whitespace, or at a
-line break. A clause longer than its word limit is cut before a function word ("and",
-"with", "because"...) near the limit, or at the limit. The first clause of an utterance
-has a smaller limit: the frontend runs over a whole clause before any audio exists, so
-the first clause sets the time to first sound. Both input modes use this one rule, so
+line break. A clause far longer than its word limit is cut before a function word ("and",
+"with", "because"...) near the limit, or at the limit. The first clause of a long
+sentence has a smaller limit: the frontend runs over a whole clause before any audio
+exists, so the first clause sets the time to first sound. Both input modes use this one rule, so
 streamed text yields exactly the clauses that the whole text would.
 """
 
@@ -29,13 +29,17 @@ BREAK_WORDS = frozenset(
 )
 
 
-def _clause_end(text: str, limit: int, final: bool = False) -> int | None:
-    """Index just past the first complete clause in text, or None if not decidable yet."""
+def _clause_end(text: str, limit: int, patience: int) -> int | None:
+    """Index just past the first complete clause in text, or None if not decidable yet.
+
+    A clause that ends (punctuation) within `patience` words is kept whole; a longer one
+    is cut before a function word near `limit`, or at `limit`.
+    """
     reach = limit + limit // 3  # a little past the limit, to find a natural break
     words = []
     for match in _WORD.finditer(text):
         words.append(match)
-        if len(words) > reach:
+        if len(words) > patience:
             break
     blocks = [m.span() for m in _PHONEME_BLOCK.finditer(text)]
     for match in _BOUNDARY.finditer(text):
@@ -45,11 +49,11 @@ def _clause_end(text: str, limit: int, final: bool = False) -> int | None:
             continue  # punctuation inside inline [[ phonemes ]] belongs to them
         if text.rfind("[[", 0, match.start()) > text.rfind("]]", 0, match.start()):
             return None  # an inline phoneme block is still open: wait for its end
-        if len(text[: match.start()].split()) <= limit:
+        if len(text[: match.start()].split()) <= patience:
             return match.end()
         break
-    if len(words) <= (limit if final else reach):
-        return None  # neither a boundary nor enough words to cut yet
+    if len(words) <= patience:
+        return None  # no boundary yet, and not so long that it must be cut
     for size in range(min(reach, len(words) - 1), MIN_WORDS - 1, -1):
         if words[size][0].lower().strip("\"'(“‘") in BREAK_WORDS:
             return words[size - 1].end()
@@ -76,13 +80,17 @@ class ClauseSplitter:
         self._buffer = ""
         self._emitted = 0
 
-    def _limit(self) -> int:
-        return self.first_words if self._emitted == 0 else self.max_words
+    def _limits(self) -> tuple[int, int]:
+        """(limit, patience): the first clause is cut short only in a long sentence, where
+        the frontend would otherwise run over many words before the first sound."""
+        if self._emitted == 0 and self.first_words < self.max_words:
+            return self.first_words, max(2 * self.first_words, self.first_words + 4)
+        return self.max_words, self.max_words + self.max_words // 3
 
-    def feed(self, piece: str, final: bool = False) -> Iterator[str]:
+    def feed(self, piece: str) -> Iterator[str]:
         self._buffer += piece
         while True:
-            end = _clause_end(self._buffer, self._limit(), final)
+            end = _clause_end(self._buffer, *self._limits())
             if end is None:
                 return
             clause, self._buffer = self._buffer[:end].strip(), self._buffer[end:].lstrip()
@@ -92,7 +100,7 @@ class ClauseSplitter:
 
     def flush(self) -> Iterator[str]:
         """End of text: the end counts as whitespace, then the rest is one clause."""
-        yield from self.feed(" ", final=True)
+        yield from self.feed(" ")
         rest, self._buffer = self._buffer.strip(), ""
         if rest:
             self._emitted += 1

@@ -14,14 +14,13 @@ from magpie_tts.engine.quantize import (
     _conv_groups,
     _decode,
     _decoder,
-    _Frontend,
     _quantize,
     _windows,
     gate_verdict,
+    latents,
     log_mel_distance,
     pause_floor_dbfs,
 )
-from magpie_tts.engine.synth import SynthesisOptions
 
 GOOD = {
     "speedup": 1.3,
@@ -86,15 +85,14 @@ def test_metrics_tell_noise_from_signal() -> None:
 
 
 def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
-    voice, state_dir, tmp_path
+    voice, synth, state_dir, tmp_path
 ) -> None:
     """A real, small calibration: the variant `prepare` picks here is close to fp32."""
     split = split_voice(voice, state_dir)
-    frontend = _Frontend(voice, split)
-    latents = frontend.latents(
+    zs = latents(
+        synth,
         "Good morning! The coffee machine is warming up and will be ready soon. "
         "It will be windy tonight with gusts up to fifty kilometers per hour.",
-        SynthesisOptions(),
     )
     groups = _conv_groups(split)
     assert groups["output"] and len([g for g in groups if g.startswith("upsample")]) >= 2
@@ -102,14 +100,14 @@ def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
     out = tmp_path / "int8.onnx"
     _quantize(
         split,
-        _windows(latents, 96),
+        _windows(zs, 96),
         out,
         groups["output"] + groups[last_stage],
         CalibrationMethod.Percentile,
     )
     fp32, int8 = _decoder(split.decoder, voice), _decoder(out, voice)
     distances = [
-        log_mel_distance(_decode(fp32, z), _decode(int8, z), voice.sample_rate) for z in latents
+        log_mel_distance(_decode(fp32, z), _decode(int8, z), voice.sample_rate) for z in zs
     ]
     assert statistics.mean(distances) < 4.0
     assert out.stat().st_size < 0.8 * split.decoder.stat().st_size

@@ -104,7 +104,19 @@ def test_inline_phonemes_are_never_split() -> None:
 def test_long_run_on_text_is_cut_at_max_words() -> None:
     words = " ".join(f"w{i}" for i in range(45))
     clauses = split_clauses(words, max_words=20, first_words=0)
-    assert [len(c.split()) for c in clauses] == [20, 20, 5]
+    assert [len(c.split()) for c in clauses] == [20, 25]  # 25 ≤ 20 + 20 // 3: left whole
+    clauses = split_clauses(words + " more words here", max_words=20, first_words=0)
+    assert [len(c.split()) for c in clauses] == [20, 20, 8]
+
+
+def test_short_sentences_are_not_cut() -> None:
+    text = "Your timer for the pasta is done."  # 7 words: within the first clause's reach
+    assert split_clauses(text, first_words=6) == [text]
+    text = "Your timer for the pasta is almost done, okay?"
+    assert split_clauses(text, first_words=6) == [
+        "Your timer for the pasta is almost done,",
+        "okay?",
+    ]
 
 
 def test_first_clause_is_short_and_cut_before_a_function_word() -> None:
@@ -134,3 +146,8 @@ def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> 
     streamed = [c for piece in pieces for c in splitter.feed(piece)]
     streamed += list(splitter.flush())
     assert streamed == split_clauses(text, max_words=5, first_words=3)
+
+
+def test_a_short_sentence_keeps_its_prosody_whole() -> None:
+    text = "Your package will arrive on Friday between noon and four."  # 10 words
+    assert split_clauses(text, first_words=6) == [text]

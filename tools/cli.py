@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -84,7 +85,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         def scorer(pcm, rate, text):  # type: ignore[no-untyped-def]
             return model.wer_pcm(pcm, rate, text)[0]
 
-    report = prepare_int8(voice, split, scorer, force=args.force)
+    from magpie_tts.daemon.voices import engine_config
+    from magpie_tts.engine import StreamingSynthesizer
+
+    reference = StreamingSynthesizer(
+        voice, dataclasses.replace(engine_config(config), precision="fp32", phrase_cache_bytes=0)
+    )
+    report = prepare_int8(reference, split, scorer, force=args.force)
     verdict = "INT8 decoder is the default" if report["passed"] else "fp32 stays the default"
     print(f"INT8 gate: {report['reason']} -> {verdict}")
     return 0
