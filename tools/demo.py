@@ -103,12 +103,14 @@ class Watch:
 
 
 def main(argv: list[str]) -> int:
-    text = argv[0] if argv else "Hello! Magpie is ready."
+    force_wav = "--wav" in argv  # speak into the WAV even where a sound card exists
+    args = [a for a in argv if a != "--wav"]
+    text = args[0] if args else "Hello! Magpie is ready."
     build = Path("build").resolve()
     build.mkdir(exist_ok=True)
     env = dict(os.environ)
     wav = None
-    if not _sound_card():
+    if force_wav or not _sound_card():
         wav = build / "magpie-demo.wav"
         wav.unlink(missing_ok=True)
         env["MAGPIE_TTS_AUDIO__DEVICE"] = f"file:FILE={wav},FORMAT=wav"
