@@ -36,6 +36,7 @@ class Request:
     voice: str | None = None
     speed: float = 1.0
     volume: float = 1.0
+    speaker: int | str | None = None  # multi-speaker voices: id or name
     priority: str = "normal"
     site_id: str | None = None
     session_id: str | None = None
@@ -113,6 +114,10 @@ def _request_id(data: dict[str, Any]) -> str:
 
 def _options(data: dict[str, Any], request: Request) -> None:
     request.voice = _field(data, "voice", str, None)
+    speaker = data.get("speaker")
+    if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, (int, str))):
+        raise PayloadError("field 'speaker' must be a speaker id or name", request.id)
+    request.speaker = speaker
     request.speed = _field(data, "speed", (int, float), 1.0)
     if not 0.25 <= request.speed <= 4.0:
         raise PayloadError(f"speed {request.speed} outside 0.25..4.0", request.id)

@@ -207,7 +207,9 @@ class Service:
     def _accept(self, request: Request, arrived: float) -> None:
         self._admit(request, arrived)
         try:
-            self.registry.check(request.voice)
+            synth = self.registry.check(request.voice)
+            if synth is not None:
+                synth.voice.speaker_id(request.speaker)  # unknown speaker fails now
             self.registry.default.clauses(request.text)  # bad text fails now, not later
         except EngineError as exc:
             raise PayloadError(str(exc), request.id) from None
@@ -367,7 +369,7 @@ class Service:
             self.current = request
             self._current_playback = playback
         started = time.monotonic()
-        options = SynthesisOptions(speed=request.speed)
+        options = SynthesisOptions(speed=request.speed, speaker=request.speaker)
         audio_s = 0.0
         for chunk in synth.stream_clauses(self._clauses(request), options, request.stop):
             self.worker_heartbeat = time.monotonic()
@@ -424,6 +426,7 @@ class Service:
 
     def _requeue(self, request: Request) -> None:
         again = Request(
+            speaker=request.speaker,
             id=request.id,
             text=request.text,
             source=request.source,

@@ -5,12 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
+JOURNAL_SOCKET = Path("/run/systemd/journal/socket")
+
+
 def under_systemd() -> bool:
     return bool(os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"))
+
+
+def journal_available() -> bool:
+    """Started by systemd and journald listening: the journal handler drops silently else."""
+    return under_systemd() and JOURNAL_SOCKET.exists()
 
 
 def setup_logging(level: str) -> None:
@@ -19,7 +28,7 @@ def setup_logging(level: str) -> None:
     root.handlers.clear()
     root.setLevel(level)
     handler: logging.Handler | None = None
-    if under_systemd():
+    if journal_available():
         try:
             from systemd.journal import JournalHandler
 

@@ -58,10 +58,16 @@ class VoiceRegistry:
                 self._by_key[key] = synth
             return synth
 
-    def check(self, name: str | None) -> None:
-        """Raise VoiceError now for a voice that cannot be found (before queueing)."""
-        if name:
-            self._resolve(name)
+    def check(self, name: str | None) -> StreamingSynthesizer | None:
+        """Raise VoiceError now for a voice that cannot be found (before queueing); the
+        synthesizer when it is already loaded."""
+        if not name:
+            return self.default
+        key = str(self._resolve(name))
+        with self._lock:
+            if key == str(self.default.voice.model_path):
+                return self.default
+            return self._by_key.get(key)
 
     def _resolve(self, name: str) -> Path:
         if name in (self.default.voice.name, "default"):

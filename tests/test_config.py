@@ -81,3 +81,20 @@ def test_password_file_is_read_and_never_shown(tmp_path: Path) -> None:
     config = load_config(path, environ={})
     assert config.mqtt.resolved_password() == "s3cret"
     assert "s3cret" not in repr(config)
+
+
+def test_logging_goes_to_stderr_unless_journald_listens(monkeypatch) -> None:
+    import logging
+
+    from magpie_tts.daemon import systemd
+
+    monkeypatch.setenv("INVOCATION_ID", "x")
+    monkeypatch.setattr(systemd, "JOURNAL_SOCKET", Path("/nonexistent/journal/socket"))
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        systemd.setup_logging("INFO")
+        assert len(root.handlers) == 1 and type(root.handlers[0]) is logging.StreamHandler
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)

@@ -123,3 +123,10 @@ def test_parsers_accept_or_reject_clearly_never_crash(payload: bytes, parser) ->
         assert isinstance(result.text, str) and result.id
         assert 0.25 <= result.speed <= 4.0 and 0.0 <= result.volume <= 2.0
         assert result.priority in rq.PRIORITIES
+
+
+def test_speaker_field() -> None:
+    assert rq.parse_say(b'{"text": "Hi", "speaker": 3}', LIMIT).speaker == 3
+    assert rq.parse_say(b'{"text": "Hi", "speaker": "amy"}', LIMIT).speaker == "amy"
+    with pytest.raises(rq.PayloadError, match="speaker"):
+        rq.parse_say(b'{"text": "Hi", "speaker": [1]}', LIMIT)
