@@ -76,7 +76,7 @@ class EngineSection(_Section):
     cache_mb: float = Field(32.0, ge=0)
     state_dir: Path = Field(default_factory=lambda: default_state_dir())
     gpu_mem_limit_mb: int = Field(1024, ge=64)
-    schedule: tuple[int, ...] = (16, 32, 64, 128, 256)
+    schedule: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     context_frames: int = Field(16, ge=0, le=64)
     max_clause_words: int = Field(20, ge=3, le=200)
     first_clause_words: int = Field(6, ge=0, le=200)  # 0: the first clause is not shortened

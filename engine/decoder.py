@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from .runtime import device_type
 
-DEFAULT_SCHEDULE = (16, 32, 64, 128, 256)
+DEFAULT_SCHEDULE = (16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXT = 16
 
 

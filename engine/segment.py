@@ -1,11 +1,15 @@
-"""Clause segmentation shared by whole-text and incremental (token-stream) input.
+"""Segmentation of text into synthesis units, shared by whole and incremental input.
 
-A clause ends at . ! ? ; : , (plus closing quotes/brackets) followed by whitespace, or at a
-line break. A clause far longer than its word limit is cut before a function word ("and",
-"with", "because"...) near the limit, or at the limit. The first clause of a long
-sentence has a smaller limit: the frontend runs over a whole clause before any audio
-exists, so the first clause sets the time to first sound. Both input modes use this one rule, so
-streamed text yields exactly the clauses that the whole text would.
+The first unit of an utterance is its first clause, ended by . ! ? ; : , (plus closing
+quotes/brackets) and whitespace: the frontend runs over a whole unit before any sound,
+so a short first unit sets the time to first audio. In a long first sentence (no
+punctuation within 2 × `first_words` words) it is cut before a function word ("and",
+"with", "because"...) near `first_words`. Every later unit is a whole sentence, for
+prosody, unless it runs past `max_words` + a third: then it ends at its last clause
+boundary within that reach, or is cut before a function word near `max_words`.
+
+Both input modes use this one rule on the text seen so far, so streamed text (LLM tokens)
+yields exactly the units that the whole text would.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ DEFAULT_FIRST_WORDS = 6
 MIN_WORDS = 3
 
 _BOUNDARY = re.compile(r"[.!?;:,\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n")
+_SENTENCE_END = re.compile(r"[.!?\u2026]")
 _WORD = re.compile(r"\S+(?=\s)")
 _PHONEME_BLOCK = re.compile(r"\[\[.*?\]\]", re.S)
 BREAK_WORDS = frozenset(
@@ -29,18 +34,11 @@ BREAK_WORDS = frozenset(
 )
 
 
-def _clause_end(text: str, limit: int, patience: int) -> int | None:
-    """Index just past the first complete clause in text, or None if not decidable yet.
+def _boundaries(text: str) -> Iterator[tuple[re.Match[str], int, bool]]:
+    """(match, words before it, ends a sentence) for each clause boundary, in order.
 
-    A clause that ends (punctuation) within `patience` words is kept whole; a longer one
-    is cut before a function word near `limit`, or at `limit`.
+    Stops at an inline phoneme block that is still open: its end is not known yet.
     """
-    reach = limit + limit // 3  # a little past the limit, to find a natural break
-    words = []
-    for match in _WORD.finditer(text):
-        words.append(match)
-        if len(words) > patience:
-            break
     blocks = [m.span() for m in _PHONEME_BLOCK.finditer(text)]
     for match in _BOUNDARY.finditer(text):
         if match[0][0] == "." and abbreviation_before(text, match.start()):
@@ -48,12 +46,30 @@ def _clause_end(text: str, limit: int, patience: int) -> int | None:
         if any(lo <= match.start() < hi for lo, hi in blocks):
             continue  # punctuation inside inline [[ phonemes ]] belongs to them
         if text.rfind("[[", 0, match.start()) > text.rfind("]]", 0, match.start()):
-            return None  # an inline phoneme block is still open: wait for its end
-        if len(text[: match.start()].split()) <= patience:
+            return
+        sentence = match[0] == "\n" or bool(_SENTENCE_END.search(match[0]))
+        yield match, len(text[: match.start()].split()), sentence
+
+
+def _unit_end(text: str, limit: int, patience: int, whole_sentence: bool) -> int | None:
+    """Index just past the first complete unit in text, or None if not decidable yet."""
+    words = []
+    for match in _WORD.finditer(text):
+        words.append(match)
+        if len(words) > patience:
+            break
+    last_within = None
+    for match, count, sentence in _boundaries(text):
+        if count > patience:
+            break
+        if sentence or not whole_sentence:
             return match.end()
-        break
+        last_within = match.end()
     if len(words) <= patience:
-        return None  # no boundary yet, and not so long that it must be cut
+        return None  # no end yet, and not so long that it must be cut
+    if last_within is not None:
+        return last_within  # a long sentence ends its unit at its last clause boundary
+    reach = limit + limit // 3
     for size in range(min(reach, len(words) - 1), MIN_WORDS - 1, -1):
         if words[size][0].lower().strip("\"'(“‘") in BREAK_WORDS:
             return words[size - 1].end()
@@ -70,27 +86,27 @@ def split_clauses(
 
 
 class ClauseSplitter:
-    """Accumulates text pieces and releases each clause once it is complete."""
+    """Accumulates text pieces and releases each unit once it is complete."""
 
     def __init__(
         self, max_words: int = DEFAULT_MAX_WORDS, first_words: int = DEFAULT_FIRST_WORDS
     ) -> None:
         self.max_words = max_words
-        self.first_words = first_words or max_words
+        self.first_words = first_words
         self._buffer = ""
         self._emitted = 0
 
-    def _limits(self) -> tuple[int, int]:
-        """(limit, patience): the first clause is cut short only in a long sentence, where
-        the frontend would otherwise run over many words before the first sound."""
-        if self._emitted == 0 and self.first_words < self.max_words:
-            return self.first_words, max(2 * self.first_words, self.first_words + 4)
-        return self.max_words, self.max_words + self.max_words // 3
+    def _end(self) -> int | None:
+        if self._emitted == 0 and self.first_words:
+            patience = max(2 * self.first_words, self.first_words + 4)
+            return _unit_end(self._buffer, self.first_words, patience, whole_sentence=False)
+        patience = self.max_words + self.max_words // 3
+        return _unit_end(self._buffer, self.max_words, patience, whole_sentence=True)
 
     def feed(self, piece: str) -> Iterator[str]:
         self._buffer += piece
         while True:
-            end = _clause_end(self._buffer, *self._limits())
+            end = self._end()
             if end is None:
                 return
             clause, self._buffer = self._buffer[:end].strip(), self._buffer[end:].lstrip()
@@ -99,7 +115,7 @@ class ClauseSplitter:
                 yield clause
 
     def flush(self) -> Iterator[str]:
-        """End of text: the end counts as whitespace, then the rest is one clause."""
+        """End of text: the end counts as whitespace, then the rest is one unit."""
         yield from self.feed(" ")
         rest, self._buffer = self._buffer.strip(), ""
         if rest:

@@ -80,23 +80,38 @@ def test_ordinal() -> None:
     ]
 
 
-def test_clauses_split_on_punctuation_not_abbreviations() -> None:
+def test_first_unit_is_a_clause_then_whole_sentences() -> None:
     text = 'Hello there, Dr. Smith. J. R. wrote it; e.g. this! He said "no." Next\nline'
-    assert split_clauses(text, first_words=0) == [
+    assert split_clauses(text) == [
         "Hello there,",
         "Dr. Smith.",
-        "J. R. wrote it;",
-        "e.g. this!",
+        "J. R. wrote it; e.g. this!",
         'He said "no."',
         "Next",
         "line",
+    ]
+    assert split_clauses(text, first_words=0)[0] == "Hello there, Dr. Smith."
+
+
+def test_a_long_sentence_ends_its_unit_at_its_last_clause_boundary() -> None:
+    first = "Okay."
+    long = (
+        "The forecast for today, which covers the whole region, says it stays dry, "
+        "although the wind picks up in the evening and showers may follow overnight "
+        "along the coast."
+    )
+    assert split_clauses(f"{first} {long}") == [
+        first,
+        "The forecast for today, which covers the whole region, says it stays dry,",
+        "although the wind picks up in the evening and showers may follow overnight "
+        "along the coast.",
     ]
 
 
 def test_inline_phonemes_are_never_split() -> None:
     text = "Say [[ hɛˈloʊ, wˈɜːld. ]] now, please."
-    assert split_clauses(text, first_words=0) == ["Say [[ hɛˈloʊ, wˈɜːld. ]] now,", "please."]
-    splitter = ClauseSplitter(first_words=0)
+    assert split_clauses(text) == ["Say [[ hɛˈloʊ, wˈɜːld. ]] now,", "please."]
+    splitter = ClauseSplitter()
     assert list(splitter.feed("Say [[ hɛˈloʊ, ")) == []  # block still open
     assert list(splitter.feed("wˈɜːld. ]] now, ")) == ["Say [[ hɛˈloʊ, wˈɜːld. ]] now,"]
 
