@@ -317,6 +317,8 @@ class Service:
                 if self._stopping.is_set():
                     return
                 continue
+            with self._lock:
+                self.current = request  # from here on a stop finds it
             try:
                 self._speak(request)
             except EngineError as exc:
@@ -364,10 +366,12 @@ class Service:
             on_first_frame=lambda pb: self._first_frame(request, pb),
         )
         with self._lock:
-            if request.stop.stopped:
-                return
-            self.current = request
             self._current_playback = playback
+        if request.stop.stopped:  # stopped between leaving the queue and starting
+            self.player.finish(playback)
+            playback.finished.wait(5)
+            self._report(request, playback, 0.0, 0.0)
+            return
         started = time.monotonic()
         options = SynthesisOptions(speed=request.speed, speaker=request.speaker)
         audio_s = 0.0

@@ -171,13 +171,10 @@ class StreamingSynthesizer:
     def _clause_audio(
         self, clause: str, index: int, options: SynthesisOptions, stop: StopToken
     ) -> Iterator[AudioChunk]:
-        key = (
-            self.phrase_cache.key(self.voice, self.precision, options, clause)
-            if (self.phrase_cache)
-            else None
-        )
-        if key is not None and self.phrase_cache is not None:
-            cached = self.phrase_cache.get(key)
+        cache = self.phrase_cache
+        key = cache.key(self.voice, self.precision, options, clause) if cache else None
+        if cache is not None and key is not None:
+            cached = cache.get(key)
             if cached is not None:
                 yield AudioChunk(cached, self.voice.sample_rate, index)
                 return
@@ -196,10 +193,11 @@ class StreamingSynthesizer:
                 if audio is None:
                     break
                 pcm = to_pcm(audio)  # copy out before the buffer is reused
-            pieces.append(pcm)
+            if key is not None:
+                pieces.append(pcm)
             yield AudioChunk(pcm, self.voice.sample_rate, index)
-        if key is not None and self.phrase_cache is not None and not stop.stopped:
-            self.phrase_cache.put(key, np.concatenate(pieces))
+        if cache is not None and key is not None and pieces and not stop.stopped:
+            cache.put(key, np.concatenate(pieces))
 
     def stream_clauses(
         self,
