@@ -22,7 +22,7 @@ def speak_and_record(daemon, probe, message: str, topic: str = "say", request_id
 
 
 def test_plain_text_is_spoken_intelligibly(daemon, probe, recognizer, tmp_path) -> None:
-    text = "The front door is locked and the alarm is set."
+    text = "The front door is locked and the alarm is set. I also closed the garage for the night."
     pcm, event = speak_and_record(daemon, probe, text)
     assert event["ttfa_ms"] > 0 and event["duration_s"] > 1.0
     rate, heard = recognizer.wer(write_wav(tmp_path / "plain.wav", pcm, 22050), text)
@@ -30,7 +30,7 @@ def test_plain_text_is_spoken_intelligibly(daemon, probe, recognizer, tmp_path) 
 
 
 def test_json_payload_is_spoken_with_its_options(daemon, probe, recognizer, tmp_path) -> None:
-    text = "Your package will arrive on Friday."
+    text = "Your package will arrive on Friday. The driver will leave it at the front door."
     message = json.dumps({"text": text, "id": "json-1", "speed": 1.0, "volume": 0.5})
     pcm, event = speak_and_record(daemon, probe, message, request_id="json-1")
     assert event["id"] == "json-1"
@@ -40,7 +40,7 @@ def test_json_payload_is_spoken_with_its_options(daemon, probe, recognizer, tmp_
 
 
 def test_hermes_say_is_spoken_and_finished(daemon, probe, recognizer, tmp_path) -> None:
-    text = "Turning off the lights in the living room."
+    text = "Turning off the lights in the living room. The kitchen lights will stay on for now."
     before = len(daemon.recorded())
     daemon.say(
         json.dumps(
