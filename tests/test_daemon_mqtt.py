@@ -22,7 +22,7 @@ def speak_and_record(daemon, probe, message: str, topic: str = "say", request_id
 
 
 def test_plain_text_is_spoken_intelligibly(daemon, probe, recognizer, tmp_path) -> None:
-    text = "The front door is locked and the alarm is set. I also closed the garage for the night."
+    text = "The front door is locked and the alarm is set. Good night, and see you in the morning."
     pcm, event = speak_and_record(daemon, probe, text)
     assert event["ttfa_ms"] > 0 and event["duration_s"] > 1.0
     rate, heard = recognizer.wer(write_wav(tmp_path / "plain.wav", pcm, 22050), text)
