@@ -267,13 +267,15 @@ class Service:
                 raise PayloadError(str(exc), piece.id) from None
             finally:
                 if piece.final:
-                    self._streams.pop(piece.id, None)
-                    self._remember_ended(piece.id)
+                    self._retire(piece.id)
 
-    def _remember_ended(self, request_id: str) -> None:
-        self._ended_ids[request_id] = None
-        while len(self._ended_ids) > 1000:
-            self._ended_ids.popitem(last=False)
+    def _retire(self, request_id: str) -> None:
+        """The request is over: no more stream pieces for it; its id counts as ended."""
+        with self._lock:
+            self._streams.pop(request_id, None)
+            self._ended_ids[request_id] = None
+            while len(self._ended_ids) > 1000:
+                self._ended_ids.popitem(last=False)
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -301,9 +303,7 @@ class Service:
     def _finish_stream(self, request: Request) -> None:
         if request.stream is not None:
             request.stream.finish()
-            with self._lock:
-                self._streams.pop(request.id, None)
-                self._remember_ended(request.id)
+            self._retire(request.id)
 
     # -- the synthesis worker ---------------------------------------------------------------
 
@@ -400,9 +400,7 @@ class Service:
             "duration_s": round(playback.frames_written / playback.sample_rate, 3),
             "rtf": rtf,
         }
-        with self._lock:
-            self._remember_ended(request.id)
-            self._streams.pop(request.id, None)
+        self._retire(request.id)
         if request.stop.stopped:
             self.stats.stopped += 1
             if request.preempted and request.stream is None:

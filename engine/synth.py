@@ -83,6 +83,12 @@ class StopToken:
         return self._event.is_set()
 
 
+def speakable(clauses: Iterable[str]) -> list[str]:
+    """Normalized units, without those that hold nothing to pronounce (emoji, symbols)."""
+    spoken = (textmod.normalize(c) for c in clauses)
+    return [c for c in spoken if textmod.has_speakable(c)]
+
+
 def to_pcm(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
@@ -138,8 +144,7 @@ class StreamingSynthesizer:
                 f"text too long: {len(text)} characters (limit {self.config.max_text_chars})"
             )
         clauses = split_clauses(text, self.config.max_clause_words, self.config.first_clause_words)
-        spoken = [textmod.normalize(c) for c in clauses]
-        spoken = [c for c in spoken if textmod.has_speakable(c)]
+        spoken = speakable(clauses)
         if not spoken:
             raise TextError("nothing speakable in the text (no letters after clean-up)")
         return spoken
@@ -258,24 +263,19 @@ class TextStream:
             self._total += len(piece)
             if self._total > self._synth.config.max_text_chars:
                 raise TextError("streamed text exceeds the length limit")
-            self._ready.extend(self._speakable(self._splitter.feed(piece)))
+            self._ready.extend(speakable(self._splitter.feed(piece)))
             self._cond.notify_all()
 
     def finish(self) -> None:
         with self._cond:
             if not self._closed:
-                self._ready.extend(self._speakable(self._splitter.flush()))
+                self._ready.extend(speakable(self._splitter.flush()))
                 self._closed = True
                 self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
         return self._closed
-
-    @staticmethod
-    def _speakable(clauses: Iterable[str]) -> list[str]:
-        spoken = (textmod.normalize(c) for c in clauses)
-        return [c for c in spoken if textmod.has_speakable(c)]
 
     def clauses(self, timeout: float | None = None) -> Iterator[str]:
         """Yield clauses as they complete; ends when finished (or after an idle timeout)."""

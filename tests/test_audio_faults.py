@@ -54,12 +54,18 @@ def test_device_missing_at_start_is_reported_and_recovered(pulse_daemon) -> None
     assert daemon.alive()
 
 
-def test_device_vanishing_mid_utterance_resumes_without_restart(pulse_daemon) -> None:
+def start_long_utterance(pulse_daemon, request_id: str):
+    """Sound server and daemon up, a long utterance playing; returns the fixture parts."""
     daemon, sink, probe = pulse_daemon
     sink.start()
     daemon.start()
-    daemon.say(json.dumps({"text": LONG, "id": "vanish"}))
-    probe.wait(f"{daemon.base}/events", lambda e: e["id"] == "vanish" and e["event"] == "started")
+    daemon.say(json.dumps({"text": LONG, "id": request_id}))
+    probe.wait(f"{daemon.base}/events", lambda e: e["id"] == request_id and e["event"] == "started")
+    return daemon, sink, probe
+
+
+def test_device_vanishing_mid_utterance_resumes_without_restart(pulse_daemon) -> None:
+    daemon, sink, probe = start_long_utterance(pulse_daemon, "vanish")
     time.sleep(1.0)
     sink.stop()
     error = probe.wait(f"{daemon.base}/error", lambda e: e["topic"] == "audio", timeout=20)[0]
@@ -81,11 +87,7 @@ def test_device_vanishing_mid_utterance_resumes_without_restart(pulse_daemon) ->
 
 
 def test_underrun_is_recovered_and_counted(pulse_daemon) -> None:
-    daemon, sink, probe = pulse_daemon
-    sink.start()
-    daemon.start()
-    daemon.say(json.dumps({"text": LONG, "id": "starved"}))
-    probe.wait(f"{daemon.base}/events", lambda e: e["id"] == "starved" and e["event"] == "started")
+    daemon, _sink, probe = start_long_utterance(pulse_daemon, "starved")
     time.sleep(0.8)
     daemon.proc.send_signal(signal.SIGSTOP)  # the board is starved of CPU for 1.5 s
     time.sleep(1.5)

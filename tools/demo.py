@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,19 +19,9 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
+from .broker import listening, private_broker
+
 BASE = "magpie"
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _sound_card() -> bool:
@@ -55,21 +44,6 @@ def _sound_card() -> bool:
         return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def _private_broker(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    conf = folder / "mosquitto.conf"
-    conf.write_text(
-        f"persistence false\nlog_dest none\nlistener {port} 127.0.0.1\nallow_anonymous true\n"
-    )
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)])
-    for _ in range(100):
-        if _listening(port):
-            return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("could not start a private mosquitto")
 
 
 class Watch:
@@ -117,8 +91,8 @@ def main(argv: list[str]) -> int:
         print(f"no sound card: speaking into {wav}")
     broker = None
     port = 1883
-    if not _listening(port):
-        broker, port = _private_broker(Path(tempfile.mkdtemp(prefix="magpie-broker-")))
+    if not listening(port):
+        broker, port = private_broker(Path(tempfile.mkdtemp(prefix="magpie-broker-")))
         print(f"no broker on 127.0.0.1:1883: started a private mosquitto on port {port}")
     env.update(
         {

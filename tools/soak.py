@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
+
+from .broker import private_broker
 
 PHRASES = (
     "Okay.",
@@ -46,23 +47,10 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Soak:
     def __init__(self, folder: Path, state_dir: Path | None) -> None:
         self.folder = folder
-        self.port = _free_port()
-        conf = folder / "mosquitto.conf"
-        conf.write_text(
-            f"persistence false\nlog_dest none\nlistener {self.port} "
-            "127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\n"
-        )
-        self.broker = subprocess.Popen(["mosquitto", "-c", str(conf)])
-        time.sleep(0.3)
+        self.broker, self.port = private_broker(folder, "max_queued_messages 100000\n")
         self.base = "soak"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
         env.update(
