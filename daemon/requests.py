@@ -43,6 +43,7 @@ class Request:
     received_at: float = field(default_factory=time.monotonic)
     sequence: int = field(default_factory=lambda: next(_sequence))
     stream: TextStream | None = None
+    units: list[str] | None = None  # normalized synthesis units, once validated
     stop: StopToken = field(default_factory=StopToken)
     stop_reason: str | None = None
     preempted: bool = False

@@ -210,7 +210,8 @@ class Service:
             synth = self.registry.check(request.voice)
             if synth is not None:
                 synth.voice.speaker_id(request.speaker)  # unknown speaker fails now
-            self.registry.default.clauses(request.text)  # bad text fails now, not later
+            # bad text fails now, not later; the worker speaks these very units
+            request.units = self.registry.default.clauses(request.text)
         except EngineError as exc:
             raise PayloadError(str(exc), request.id) from None
         self._enqueue(request)
@@ -347,7 +348,7 @@ class Service:
     def _clauses(self, request: Request) -> Iterator[str]:
         stream = request.stream
         if stream is None:
-            yield from self.registry.default.clauses(request.text)
+            yield from request.units or self.registry.default.clauses(request.text)
             return
         idle = self.config.limits.stream_idle_s
         yield from stream.clauses(timeout=idle)
@@ -431,6 +432,7 @@ class Service:
             speaker=request.speaker,
             id=request.id,
             text=request.text,
+            units=request.units,
             source=request.source,
             voice=request.voice,
             speed=request.speed,
