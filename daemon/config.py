@@ -7,10 +7,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
+from magpie_tts.engine.decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE
+from magpie_tts.engine.policy import DEFAULT_MAX_TEXT_CHARS
+from magpie_tts.engine.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/magpie-tts/config.toml")
 ENV_PREFIX = "MAGPIE_TTS_"
+# MAGPIE_TTS_* variables that are not settings.
+ENV_NOT_SETTINGS = frozenset({"MAGPIE_TTS_CONFIG", "MAGPIE_TTS_TEST_HOOKS"})
 
 
 class ConfigError(Exception):
@@ -73,13 +78,19 @@ class EngineSection(_Section):
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
     int8: Literal["auto", "fp32", "int8"] = "auto"
-    cache_mb: float = Field(32.0, ge=0)
+    # Phrase cache: hot phrases only (configured, marked `cache: true`, or repeated).
+    cache_mb: float = Field(8.0, ge=0)  # in memory; 0 disables the cache
+    cache_disk: bool = False  # also keep cached phrases in state_dir/phrases
+    cache_repeats: int = Field(3, ge=1, le=1000)  # cached once said this often ...
+    cache_window_s: float = Field(3600.0, gt=0)  # ... within this many seconds
+    hot_phrases: tuple[str, ...] = ("Okay.", "One moment.", "Sorry, I didn't catch that.")
     state_dir: Path = Field(default_factory=lambda: default_state_dir())
     gpu_mem_limit_mb: int = Field(1024, ge=64)
-    schedule: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
-    context_frames: int = Field(16, ge=0, le=64)
-    max_clause_words: int = Field(20, ge=3, le=200)
-    first_clause_words: int = Field(6, ge=0, le=200)  # 0: the first clause is not shortened
+    schedule: tuple[int, ...] = DEFAULT_SCHEDULE
+    context_frames: int = Field(DEFAULT_CONTEXT, ge=0, le=64)
+    max_clause_words: int = Field(DEFAULT_MAX_WORDS, ge=3, le=200)
+    # 0: the first clause is not shortened
+    first_clause_words: int = Field(DEFAULT_FIRST_WORDS, ge=0, le=200)
 
     @field_validator("schedule")
     @classmethod
@@ -90,10 +101,16 @@ class EngineSection(_Section):
 
 
 class LimitsConfig(_Section):
-    max_text_bytes: int = Field(10_000, ge=16, le=1_000_000)
+    max_text_chars: int = Field(DEFAULT_MAX_TEXT_CHARS, ge=16, le=1_000_000)
     max_queue: int = Field(32, ge=1, le=10_000)
     rate_per_minute: int = Field(120, ge=1)
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """A message may carry the longest text in UTF-8 (≤ 4 bytes a character) plus
+        its JSON envelope; anything larger is refused before it is decoded."""
+        return self.max_text_chars * 4 + 4096
 
 
 class SelftestConfig(_Section):
@@ -130,8 +147,13 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
         if len(path) == 1 and path[0] == "log_level":
             overrides["log_level"] = value.upper()
             continue
+        if name in ENV_NOT_SETTINGS:
+            continue
         if len(path) != 2 or not all(path):
-            continue  # MAGPIE_TTS_CONFIG and friends are not settings
+            raise ConfigError(
+                f"environment variable {name} names no setting "
+                f"(expected {ENV_PREFIX}<SECTION>__<KEY>, e.g. {ENV_PREFIX}LIMITS__MAX_QUEUE)"
+            )
         overrides.setdefault(path[0], {})[path[1]] = _parse_env_value(value)
     return overrides
 

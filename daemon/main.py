@@ -1,4 +1,4 @@
-"""`magpie-tts run`: load, warm, self-test, connect, notify systemd, serve until SIGTERM."""
+"""`magpie-tts run`: load, warm, self-test, connect, notify systemd, serve until stopped."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import logging
 import os
 import signal
 import threading
+from pathlib import Path
 
 from magpie_tts.engine import EngineError
 
-from .config import Config
+from .config import Config, ConfigError, load_config
 from .mqtt import ConnectError
 from .selftest import run_selftest
 from .service import Service
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 
 EXIT_SELFTEST_FAILED = 3
 EXIT_START_FAILED = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 def status_line(service: Service) -> str:
@@ -39,20 +41,37 @@ def status_line(service: Service) -> str:
     return " ".join(parts)
 
 
-def run(config: Config) -> int:
+def _reload(config_path: Path | None) -> None:
+    """SIGHUP: re-read the configuration; the log level applies at once, the rest at the
+    next start (a voice or broker change needs a restart, as with most daemons)."""
+    try:
+        fresh = load_config(config_path)
+    except ConfigError as exc:
+        log.error("SIGHUP: configuration not reloaded: %s", exc)
+        return
+    logging.getLogger().setLevel(fresh.log_level)
+    log.warning(
+        "SIGHUP: log level is now %s; other settings apply at the next start", fresh.log_level
+    )
+
+
+def run(config: Config, config_path: Path | None = None) -> int:
     notifier = Notifier()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    reload = threading.Event()
+    for number in STOP_SIGNALS:
+        signal.signal(number, lambda signum, _frame: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
     notifier.status("loading voice")
     try:
         service = Service(config)
     except EngineError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
+    synth = service.registry.default
     if config.selftest.enabled:
         notifier.status("running latency self-test")
-        service.selftest = run_selftest(service.registry.default, config.selftest)
+        service.selftest = run_selftest(synth, config.selftest)
         if not service.selftest["passed"]:
             if config.selftest.on_fail == "exit":
                 log.error("self-test over budget and selftest.on_fail = exit")
@@ -62,6 +81,9 @@ def run(config: Config) -> int:
             f"self-test first-audio={service.selftest['first_audio_ms']}ms "
             f"rtf={service.selftest['rtf']}"
         )
+    pinned = synth.pin_hot_phrases()  # after the self-test, which must not hit them
+    if pinned:
+        log.info("phrase cache: %d hot phrase unit(s) ready in memory", pinned)
     try:
         service.start()
     except ConnectError as exc:
@@ -69,7 +91,7 @@ def run(config: Config) -> int:
         service.player.close()
         return EXIT_START_FAILED
     if config.selftest.audible and config.selftest.enabled:
-        service.say("Magpie is ready.")
+        service.core.say_local("Magpie is ready.")
     notifier.ready(status_line(service))
     log.info("serving on %s (pid %d)", config.mqtt.base_topic, os.getpid())
     interval = notifier.watchdog_s / 2 if notifier.watchdog_s else 5.0
@@ -77,9 +99,12 @@ def run(config: Config) -> int:
     if os.environ.get("MAGPIE_TTS_TEST_HOOKS") == "1":
         # Test hook: SIGUSR1 makes the synthesis thread hang, as a deadlock would.
         hang = threading.Event()
-        signal.signal(signal.SIGUSR1, lambda *_: setattr(service, "stall_hook", hang.wait))
-        service.fail_marker = "__magpie_fail__"
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(service.core, "stall_hook", hang.wait))
+        service.core.fail_marker = "__magpie_fail__"
     while not stop.wait(min(interval, 5.0)):
+        if reload.is_set():
+            reload.clear()
+            _reload(config_path)
         if service.healthy:
             notifier.watchdog()
             notifier.status(status_line(service))
@@ -87,5 +112,6 @@ def run(config: Config) -> int:
             log.error("synthesis or player thread is stuck; withholding watchdog ping")
     notifier.stopping()
     log.info("stopping")
-    service.shutdown(drain_s=0.0)
+    service.shutdown()
+    log.info("stopped")
     return 0

@@ -46,6 +46,7 @@ class Playback:
     frames_written: int = 0
     cancelled_at: float | None = None
     frames_after_cancel: int = 0
+    unit_playing: int | None = None  # index of the unit whose audio is being written
     finished: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -116,6 +117,9 @@ class AlsaOutput:
             self.pcm = None
 
 
+_Item = tuple[Playback, "np.ndarray | None", "int | None"]  # (utterance, pcm, unit index)
+
+
 class Player:
     """Thread that drains a queue of (playback, pcm) items into ALSA."""
 
@@ -130,7 +134,7 @@ class Player:
         self.on_device_error = on_device_error
         self.on_device_ok = on_device_ok
         self.device_error: str | None = None
-        self._items: collections.deque[tuple[Playback, np.ndarray | None]] = collections.deque()
+        self._items: collections.deque[_Item] = collections.deque()
         self._queued_frames = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -144,7 +148,13 @@ class Player:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, playback: Playback, pcm: np.ndarray, timeout: float | None = None) -> bool:
+    def submit(
+        self,
+        playback: Playback,
+        pcm: np.ndarray,
+        timeout: float | None = None,
+        unit: int | None = None,
+    ) -> bool:
         """Queue audio; blocks while more than lead_seconds are queued. False if cancelled."""
         lead = int(self.config.lead_seconds * playback.sample_rate)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -156,7 +166,7 @@ class Player:
                 self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
             if playback.cancelled or self._closing:
                 return False
-            self._items.append((playback, pcm))
+            self._items.append((playback, pcm, unit))
             self._queued_frames += len(pcm)
             self._cond.notify_all()
             return True
@@ -164,16 +174,16 @@ class Player:
     def finish(self, playback: Playback) -> None:
         """Mark the end of an utterance; on_done fires once its last frame is written."""
         with self._cond:
-            self._items.append((playback, None))
+            self._items.append((playback, None, None))
             self._cond.notify_all()
 
     def cancel(self, playback: Playback | None = None) -> None:
         """Barge-in: drop queued audio of one utterance (or all) and the ALSA buffer."""
         now = time.monotonic()
         with self._cond:
-            kept: collections.deque[tuple[Playback, np.ndarray | None]] = collections.deque()
+            kept: collections.deque[_Item] = collections.deque()
             for item in self._items:
-                target, pcm = item
+                target, pcm, _unit = item
                 if playback is None or target is playback:
                     if target.cancelled_at is None:
                         target.cancelled_at = now
@@ -204,7 +214,7 @@ class Player:
 
     # -- player thread ---------------------------------------------------------------------
 
-    def _next(self) -> tuple[Playback, np.ndarray | None] | None:
+    def _next(self) -> _Item | None:
         with self._cond:
             while not self._items and not self._closing:
                 self._idle = True
@@ -226,13 +236,15 @@ class Player:
             item = self._next()
             if item is None:
                 return
-            playback, pcm = item
+            playback, pcm, unit = item
             if pcm is None:
                 self._complete(playback)
                 fresh = True
                 continue
             if playback.cancelled:
                 continue
+            if unit is not None:
+                playback.unit_playing = unit
             self._play(playback, pcm, fresh)
             fresh = False
             if playback.cancelled:

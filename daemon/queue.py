@@ -1,4 +1,4 @@
-"""Bounded priority queue of requests (alert > normal > low, FIFO within) and a rate limit."""
+"""Bounded priority queue of utterances (alert > normal > low, FIFO within) and a rate limit."""
 
 from __future__ import annotations
 
@@ -6,26 +6,33 @@ import collections
 import heapq
 import threading
 import time
+from collections.abc import Callable
 
-from .requests import PayloadError, Request
+from .utterance import Refused, Utterance
 
 
-class RequestQueue:
+class UtteranceQueue:
     def __init__(self, max_items: int) -> None:
         self.max_items = max_items
-        self._heap: list[tuple[tuple[int, int], Request]] = []
+        self._heap: list[tuple[tuple[int, int], Utterance]] = []
         self._cond = threading.Condition()
         self._closed = False
 
-    def put(self, request: Request, force: bool = False) -> None:
-        """Queue a request; a full queue is an error the sender hears about (no drop)."""
+    def check_room(self, utterance: Utterance) -> None:
         with self._cond:
-            if not force and len(self._heap) >= self.max_items:
-                raise PayloadError(f"queue full ({self.max_items} utterances waiting)", request.id)
-            heapq.heappush(self._heap, (request.rank, request))
+            if len(self._heap) >= self.max_items:
+                raise Refused(f"queue full ({self.max_items} utterances waiting)", utterance.id)
+
+    def put(self, utterance: Utterance, force: bool = False) -> None:
+        """Queue an utterance; a full queue is an error the sender hears about (no drop).
+        force: a resumed utterance goes back whatever the size (it was accepted already)."""
+        with self._cond:
+            if not force:
+                self.check_room(utterance)
+            heapq.heappush(self._heap, (utterance.rank, utterance))
             self._cond.notify_all()
 
-    def get(self, timeout: float | None = None) -> Request | None:
+    def get(self, timeout: float | None = None) -> Utterance | None:
         with self._cond:
             if not self._cond.wait_for(lambda: self._heap or self._closed, timeout):
                 return None
@@ -33,18 +40,14 @@ class RequestQueue:
                 return None
             return heapq.heappop(self._heap)[1]
 
-    def remove(self, request_id: str | None) -> list[Request]:
-        """Remove one request by id, or all when None; returns what was removed."""
+    def remove(self, match: Callable[[Utterance], bool]) -> list[Utterance]:
+        """Remove the utterances that match; returns them in queue order."""
         with self._cond:
-            removed = [r for _, r in self._heap if request_id is None or r.id == request_id]
+            removed = sorted((k, u) for k, u in self._heap if match(u))
             if removed:
-                self._heap = [(k, r) for k, r in self._heap if r not in removed]
+                self._heap = [(k, u) for k, u in self._heap if not match(u)]
                 heapq.heapify(self._heap)
-            return removed
-
-    def find(self, request_id: str) -> Request | None:
-        with self._cond:
-            return next((r for _, r in self._heap if r.id == request_id), None)
+            return [u for _, u in removed]
 
     def __len__(self) -> int:
         with self._cond:
@@ -59,18 +62,24 @@ class RequestQueue:
 class RateLimiter:
     """At most `per_minute` accepted requests in any sliding 60 s window."""
 
-    def __init__(self, per_minute: int) -> None:
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_minute = per_minute
+        self._clock = clock
         self._times: collections.deque[float] = collections.deque()
         self._lock = threading.Lock()
 
     def check(self, request_id: str | None = None) -> None:
-        now = time.monotonic()
+        """Raise if one more request would go over the limit; counts nothing."""
         with self._lock:
+            now = self._clock()
             while self._times and now - self._times[0] > 60.0:
                 self._times.popleft()
             if len(self._times) >= self.per_minute:
-                raise PayloadError(
+                raise Refused(
                     f"rate limit: more than {self.per_minute} requests per minute", request_id
                 )
-            self._times.append(now)
+
+    def take(self) -> None:
+        """Count an accepted request (only those: a refused one costs no budget)."""
+        with self._lock:
+            self._times.append(self._clock())

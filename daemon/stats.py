@@ -1,4 +1,8 @@
-"""Rolling latency figures for status: time to first audio percentiles and RTF."""
+"""Rolling latency figures for status: first audio percentiles and RTF.
+
+Synthesized audio and phrase-cache hits are kept apart: a cache hit is not a measure of
+synthesis, and mixing them would flatter the figures.
+"""
 
 from __future__ import annotations
 
@@ -8,40 +12,53 @@ import threading
 import numpy as np
 
 
+def _percentiles(values: collections.deque[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    p50, p95, p99 = np.percentile(np.array(values), [50, 95, 99])
+    return {
+        "p50": round(float(p50), 1),
+        "p95": round(float(p95), 1),
+        "p99": round(float(p99), 1),
+        "count": len(values),
+    }
+
+
 class RollingStats:
     def __init__(self, size: int = 500) -> None:
         self._ttfa: collections.deque[float] = collections.deque(maxlen=size)
+        self._cached_ttfa: collections.deque[float] = collections.deque(maxlen=size)
         self._rtf: collections.deque[float] = collections.deque(maxlen=size)
         self._lock = threading.Lock()
         self.utterances = 0
         self.errors = 0
         self.stopped = 0
+        self.rejected = 0
 
-    def add(self, ttfa_ms: float | None, rtf: float | None) -> None:
+    def add(self, ttfa_ms: float | None, rtf: float | None, cached: bool = False) -> None:
+        """One finished utterance. rtf: synthesis compute / synthesized audio (None when
+        everything came from the cache)."""
         with self._lock:
             self.utterances += 1
             if ttfa_ms is not None:
-                self._ttfa.append(ttfa_ms)
+                (self._cached_ttfa if cached else self._ttfa).append(ttfa_ms)
             if rtf is not None:
                 self._rtf.append(rtf)
 
     def summary(self) -> dict[str, object]:
         with self._lock:
-            ttfa = np.array(self._ttfa) if self._ttfa else None
-            rtf = np.array(self._rtf) if self._rtf else None
             result: dict[str, object] = {
                 "utterances": self.utterances,
-                "errors": self.errors,
+                "errors": self.errors + self.rejected,
                 "stopped": self.stopped,
             }
+            ttfa = _percentiles(self._ttfa)
+            cached = _percentiles(self._cached_ttfa)
+            rtf = float(np.median(np.array(self._rtf))) if self._rtf else None
         if ttfa is not None:
-            p50, p95, p99 = np.percentile(ttfa, [50, 95, 99])
-            result["ttfa_ms"] = {
-                "p50": round(p50, 1),
-                "p95": round(p95, 1),
-                "p99": round(p99, 1),
-                "count": len(ttfa),
-            }
+            result["ttfa_ms"] = ttfa
+        if cached is not None:
+            result["ttfa_cached_ms"] = cached
         if rtf is not None:
-            result["rtf"] = {"p50": round(float(np.median(rtf)), 4)}
+            result["rtf"] = {"p50": round(rtf, 4)}
         return result

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 
 from magpie_tts.engine import StreamingSynthesizer, VoiceError, load_voice
+from magpie_tts.engine.cache import CacheConfig
+from magpie_tts.engine.policy import TextPolicy
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
 
@@ -15,7 +17,17 @@ from .config import Config
 log = logging.getLogger(__name__)
 
 
+def text_policy(config: Config) -> TextPolicy:
+    return TextPolicy(
+        max_chars=config.limits.max_text_chars,
+        max_clause_words=config.engine.max_clause_words,
+        first_clause_words=config.engine.first_clause_words,
+    )
+
+
 def engine_config(config: Config) -> EngineConfig:
+    """The one place the daemon's configuration becomes the engine's (daemon, prepare,
+    bench, say and selftest all build theirs here)."""
     section = config.engine
     return EngineConfig(
         cache_dir=section.state_dir,
@@ -28,10 +40,14 @@ def engine_config(config: Config) -> EngineConfig:
         precision=section.int8,
         schedule=section.schedule,
         context=section.context_frames,
-        max_clause_words=section.max_clause_words,
-        first_clause_words=section.first_clause_words,
-        max_text_chars=config.limits.max_text_bytes,
-        phrase_cache_bytes=int(section.cache_mb * 1024 * 1024),
+        text=text_policy(config),
+        cache=CacheConfig(
+            memory_bytes=int(section.cache_mb * 1024 * 1024),
+            disk=section.cache_disk,
+            repeats=section.cache_repeats,
+            window_s=section.cache_window_s,
+            hot_phrases=section.hot_phrases,
+        ),
     )
 
 

@@ -12,20 +12,20 @@ from typing import Literal
 
 import numpy as np
 
-from . import text as textmod
-from .cache import PhraseCache
+from .cache import CacheConfig, PhraseCache, clear_directory
 from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder
 from .errors import TextError, VoiceError
 from .graph import split_voice
 from .phonemize import Phonemizer
+from .policy import TextPolicy, TextStream
 from .precision import select_decoder
 from .runtime import RuntimeConfig, choose_provider, confirm_provider, make_session
-from .segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
 from .voice import Voice
 
 log = logging.getLogger(__name__)
 
 Precision = Literal["auto", "fp32", "int8"]
+CacheUse = Literal["auto", "keep", "pin", "bypass"]
 WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
 
 
@@ -52,10 +52,8 @@ class EngineConfig:
     precision: Precision = "auto"
     schedule: tuple[int, ...] = DEFAULT_SCHEDULE
     context: int = DEFAULT_CONTEXT
-    max_clause_words: int = DEFAULT_MAX_WORDS
-    first_clause_words: int = DEFAULT_FIRST_WORDS  # 0: no shorter first clause
-    max_text_chars: int = textmod.MAX_TEXT_CHARS
-    phrase_cache_bytes: int = 0  # 0 disables the phrase cache
+    text: TextPolicy = field(default_factory=TextPolicy)
+    cache: CacheConfig = field(default_factory=lambda: CacheConfig(memory_bytes=0))
 
 
 @dataclass
@@ -63,6 +61,8 @@ class AudioChunk:
     pcm: np.ndarray  # int16, mono
     sample_rate: int
     clause_index: int
+    compute_s: float = 0.0  # synthesis time spent on this chunk (not waiting for text)
+    cached: bool = False  # came from the phrase cache
 
     @property
     def duration_s(self) -> float:
@@ -81,12 +81,6 @@ class StopToken:
     @property
     def stopped(self) -> bool:
         return self._event.is_set()
-
-
-def speakable(clauses: Iterable[str]) -> list[str]:
-    """Normalized units, without those that hold nothing to pronounce (emoji, symbols)."""
-    spoken = (textmod.normalize(c) for c in clauses)
-    return [c for c in spoken if textmod.has_speakable(c)]
 
 
 def to_pcm(audio: np.ndarray) -> np.ndarray:
@@ -116,10 +110,12 @@ class StreamingSynthesizer:
             decoder_session, self.choice.used, voice.hop_length, config.schedule, config.context
         )
         self.phrase_cache = (
-            PhraseCache(config.cache_dir / "phrases", config.phrase_cache_bytes)
-            if config.phrase_cache_bytes > 0
+            PhraseCache(config.cache, config.cache_dir / "phrases")
+            if config.cache.memory_bytes > 0
             else None
         )
+        if self.phrase_cache is None and not config.cache.disk:
+            clear_directory(config.cache_dir / "phrases")  # audio an older version kept
         self._lock = threading.Lock()  # sessions are shared; one stream decodes at a time
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
@@ -136,18 +132,8 @@ class StreamingSynthesizer:
     # -- text ---------------------------------------------------------------------------
 
     def clauses(self, text: str) -> list[str]:
-        """Validate and segment text; raises TextError before any audio is made."""
-        if not isinstance(text, str) or not text.strip():
-            raise TextError("text is empty")
-        if len(text) > self.config.max_text_chars:
-            raise TextError(
-                f"text too long: {len(text)} characters (limit {self.config.max_text_chars})"
-            )
-        clauses = split_clauses(text, self.config.max_clause_words, self.config.first_clause_words)
-        spoken = speakable(clauses)
-        if not spoken:
-            raise TextError("nothing speakable in the text (no letters after clean-up)")
-        return spoken
+        """Validate and segment text (the engine's text policy); TextError before audio."""
+        return self.config.text.units(text)
 
     # -- synthesis ------------------------------------------------------------------------
 
@@ -174,15 +160,25 @@ class StreamingSynthesizer:
         return self.frontend.run(None, feeds)[0]
 
     def _clause_audio(
-        self, clause: str, index: int, options: SynthesisOptions, stop: StopToken
+        self,
+        clause: str,
+        index: int,
+        options: SynthesisOptions,
+        stop: StopToken,
+        cache_use: CacheUse,
     ) -> Iterator[AudioChunk]:
-        cache = self.phrase_cache
+        cache = self.phrase_cache if cache_use != "bypass" else None
         key = cache.key(self.voice, self.precision, options, clause) if cache else None
         if cache is not None and key is not None:
+            started = time.perf_counter()
             cached = cache.get(key)
             if cached is not None:
-                yield AudioChunk(cached, self.voice.sample_rate, index)
+                spent = time.perf_counter() - started
+                yield AudioChunk(cached, self.voice.sample_rate, index, spent, cached=True)
                 return
+            if not cache.wants(key, marked=cache_use in ("keep", "pin")):
+                key = None
+        started = time.perf_counter()
         ids = self.phonemizer.clause_ids(clause)
         sid = self.voice.speaker_id(options.speaker)
         with self._lock:
@@ -198,24 +194,34 @@ class StreamingSynthesizer:
                 if audio is None:
                     break
                 pcm = to_pcm(audio)  # copy out before the buffer is reused
+            spent, started = time.perf_counter() - started, time.perf_counter()
             if key is not None:
                 pieces.append(pcm)
-            yield AudioChunk(pcm, self.voice.sample_rate, index)
+            yield AudioChunk(pcm, self.voice.sample_rate, index, spent)
+            started = time.perf_counter()  # time the consumer held us is not compute
         if cache is not None and key is not None and pieces and not stop.stopped:
-            cache.put(key, np.concatenate(pieces))
+            cache.put(key, np.concatenate(pieces), pinned=cache_use == "pin")
 
     def stream_clauses(
         self,
         clauses: Iterable[str],
         options: SynthesisOptions | None = None,
         stop: StopToken | None = None,
+        cache_use: CacheUse = "auto",
+        first_index: int = 0,
     ) -> Iterator[AudioChunk]:
+        """Audio for units already validated by the text policy, as they are decoded.
+
+        cache_use: "auto" (hot phrases only), "keep" (the request marks its units
+        cacheable), "pin" (configured hot phrases), "bypass" (measure synthesis).
+        first_index > 0 resumes an utterance: no small first chunk for it.
+        """
         options = options or SynthesisOptions()
         stop = stop or StopToken()
-        for index, clause in enumerate(clauses):
+        for index, clause in enumerate(clauses, start=first_index):
             if stop.stopped:
                 return
-            yield from self._clause_audio(clause, index, options, stop)
+            yield from self._clause_audio(clause, index, options, stop, cache_use)
 
     def stream(
         self,
@@ -231,7 +237,7 @@ class StreamingSynthesizer:
         return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
 
     def text_stream(self) -> TextStream:
-        return TextStream(self)
+        return self.config.text.stream()
 
     def warm(self) -> float:
         started = time.perf_counter()
@@ -242,51 +248,18 @@ class StreamingSynthesizer:
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 
-
-class TextStream:
-    """Incremental text (LLM tokens): feed pieces from any thread, iterate clauses."""
-
-    def __init__(self, synth: StreamingSynthesizer) -> None:
-        self._synth = synth
-        self._splitter = ClauseSplitter(
-            synth.config.max_clause_words, synth.config.first_clause_words
-        )
-        self._ready: list[str] = []
-        self._closed = False
-        self._total = 0
-        self._cond = threading.Condition()
-
-    def feed(self, piece: str) -> None:
-        with self._cond:
-            if self._closed:
-                raise TextError("text stream already finished")
-            self._total += len(piece)
-            if self._total > self._synth.config.max_text_chars:
-                raise TextError("streamed text exceeds the length limit")
-            self._ready.extend(speakable(self._splitter.feed(piece)))
-            self._cond.notify_all()
-
-    def finish(self) -> None:
-        with self._cond:
-            if not self._closed:
-                self._ready.extend(speakable(self._splitter.flush()))
-                self._closed = True
-                self._cond.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def clauses(self, timeout: float | None = None) -> Iterator[str]:
-        """Yield clauses as they complete; ends when finished (or after an idle timeout)."""
-        while True:
-            with self._cond:
-                if not self._ready and not self._closed:
-                    self._cond.wait_for(lambda: self._ready or self._closed, timeout)
-                if self._ready:
-                    clause = self._ready.pop(0)
-                elif self._closed or timeout is not None:
-                    return
-                else:
-                    continue
-            yield clause
+    def pin_hot_phrases(self) -> int:
+        """Synthesize the configured hot phrases into the cache (at start); how many."""
+        if self.phrase_cache is None:
+            return 0
+        count = 0
+        for phrase in self.config.cache.hot_phrases:
+            try:
+                units = self.clauses(phrase)
+            except TextError as exc:
+                log.warning("hot phrase skipped: %s", exc)
+                continue
+            for _ in self.stream_clauses(units, cache_use="pin"):
+                pass
+            count += len(units)
+        return count

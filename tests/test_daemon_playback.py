@@ -70,11 +70,11 @@ def test_priority_order_is_honoured(paced_daemon, probe) -> None:
     assert order == ["p-busy", "p-normal", "p-low", "p-low2"]
 
 
-def test_alert_preempts_and_the_interrupted_text_is_spoken_after(paced_daemon, probe) -> None:
+def test_alert_preempts_and_the_interrupted_text_resumes_after_it(paced_daemon, probe) -> None:
     daemon = paced_daemon
-    daemon.say(json.dumps({"text": LONG, "id": "a-long"}))
+    daemon.say(json.dumps({"text": LONG, "id": "a-long", "volume": 0.8}))
     probe.wait(f"{daemon.base}/events", lambda e: e["id"] == "a-long" and e["event"] == "started")
-    time.sleep(0.5)
+    time.sleep(4.0)  # into the second sentence
     daemon.say(
         json.dumps({"text": "Smoke alarm in the kitchen!", "id": "a-alert", "priority": "alert"})
     )
@@ -88,5 +88,35 @@ def test_alert_preempts_and_the_interrupted_text_is_spoken_after(paced_daemon, p
         for e in probe.find(f"{daemon.base}/events")
         if e["id"] in ("a-long", "a-alert")
     ]
-    assert events.index(("a-long", "stopped")) < events.index(("a-alert", "started"))
+    assert events.index(("a-long", "interrupted")) < events.index(("a-alert", "started"))
     assert events.index(("a-alert", "finished")) < events.index(("a-long", "finished"))
+    assert [e for i, e in events if i == "a-long"].count("finished") == 1  # one terminal
+    interrupted = probe.find(
+        f"{daemon.base}/events", lambda e: e["id"] == "a-long" and e["event"] == "interrupted"
+    )[0]
+    assert interrupted["resume_at_unit"] >= 1  # resumes at the unit heard, not the start
+
+
+def test_a_stop_right_after_an_alert_stops_the_interrupted_speech(paced_daemon, probe) -> None:
+    daemon = paced_daemon
+    daemon.say(json.dumps({"text": LONG, "id": "b-long"}))
+    probe.wait(f"{daemon.base}/events", lambda e: e["id"] == "b-long" and e["event"] == "started")
+    time.sleep(0.5)
+    daemon.say(json.dumps({"text": "Doorbell!", "id": "b-alert", "priority": "alert"}))
+    daemon.say("", topic="stop")
+    probe.wait(
+        f"{daemon.base}/events",
+        lambda e: e["id"] == "b-long" and e["event"] in ("stopped", "finished"),
+        timeout=20,
+    )
+    time.sleep(2.0)
+    long_events = probe.events(daemon.base, "b-long")
+    assert long_events[-1] == "stopped" and "finished" not in long_events
+    assert long_events.count("started") == 1  # never resumed after the stop
+
+
+def test_stop_for_an_unknown_id_is_answered(paced_daemon, probe) -> None:
+    daemon = paced_daemon
+    daemon.say(json.dumps({"id": "no-such-utterance"}), topic="stop")
+    error = probe.wait(f"{daemon.base}/error", lambda e: e["id"] == "no-such-utterance")[0]
+    assert "no utterance" in error["error"]

@@ -202,20 +202,6 @@ def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> N
         StreamingSynthesizer(load_voice(bad), EngineConfig(cache_dir=tmp_path / "state"))
 
 
-def test_phrase_cache_hit_streams_identical_audio(voice, tmp_path) -> None:
-    from magpie_tts.engine import StreamingSynthesizer
-    from magpie_tts.engine.synth import EngineConfig
-
-    cached = StreamingSynthesizer(
-        voice, EngineConfig(cache_dir=tmp_path, precision="fp32", phrase_cache_bytes=4 << 20)
-    )
-    first = cached.synthesize("Timer done.", QUIET)
-    assert cached.phrase_cache is not None and cached.phrase_cache.hits == 0
-    chunks = list(cached.stream("Timer done.", QUIET))
-    assert cached.phrase_cache.hits == 1
-    assert len(chunks) == 1 and np.array_equal(chunks[0].pcm, first)
-
-
 def test_unavailable_provider_falls_back_to_cpu_loudly(voice, state_dir, caplog) -> None:
     from magpie_tts.engine import StreamingSynthesizer
     from magpie_tts.engine.runtime import RuntimeConfig

@@ -7,7 +7,10 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from magpie_tts.daemon import requests as rq
+from magpie_tts.daemon import mqtt_payloads as rq
+from magpie_tts.daemon.utterance import PRIORITIES, Ask
+from magpie_tts.engine import TextError
+from magpie_tts.engine.policy import TextPolicy
 
 LIMIT = 10_000
 
@@ -50,9 +53,7 @@ def test_plain_text_and_json() -> None:
         (b'{"text": "a", "volume": -1}', "volume"),
         (b'{"text": "a", "id": {}}', "id"),
         (b'{"text": "a", "priority": "now"}', "priority"),
-        (b"Hi\x07there", "control"),
-        (b"<speak>Hello</speak>", "markup"),
-        (b'{"text": "<break time=\\"1s\\"/>"}', "markup"),
+        (b'{"text": "a", "speed": NaN}', "finite"),
         (b"x" * (LIMIT + 1), "too large"),
         (b"{" + b'"a":[' * 1000, "invalid JSON"),
         (b'{"a":' * 1500 + b"1" + b"}" * 1500, "nested too deeply"),
@@ -61,6 +62,22 @@ def test_plain_text_and_json() -> None:
 def test_rejections_say_why(payload: bytes, words: str) -> None:
     with pytest.raises(rq.PayloadError, match=words):
         rq.parse_say(payload, LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Hi\x07there", "control"),
+        ("<speak>Hello</speak>", "markup"),
+        ('<break time="1s"/>', "markup"),
+        ("x" * 101, "too long"),
+        ("   ", "empty"),
+        ("😀🎉", "nothing speakable"),
+    ],
+)
+def test_text_policy_refuses_what_must_not_be_read(text: str, words: str) -> None:
+    with pytest.raises(TextError, match=words):
+        TextPolicy(max_chars=100).units(text)
 
 
 def test_errors_carry_only_the_senders_id() -> None:
@@ -119,10 +136,12 @@ def test_parsers_accept_or_reject_clearly_never_crash(payload: bytes, parser) ->
         assert str(exc)  # a reason the sender can read
         return
     assert isinstance(rq.hermes_context(payload), dict)
-    if isinstance(result, rq.Request):
+    if isinstance(result, rq.StreamPiece):
+        result = result.ask
+    if isinstance(result, Ask):
         assert isinstance(result.text, str) and result.id
         assert 0.25 <= result.speed <= 4.0 and 0.0 <= result.volume <= 2.0
-        assert result.priority in rq.PRIORITIES
+        assert result.priority in PRIORITIES
 
 
 def test_speaker_field() -> None:

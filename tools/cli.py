@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     setup_logging(args.log_level or config.log_level)
-    return run(config)
+    return run(config, args.config)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -87,13 +87,28 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     from magpie_tts.daemon.voices import engine_config
     from magpie_tts.engine import StreamingSynthesizer
+    from magpie_tts.engine.cache import CacheConfig
 
     reference = StreamingSynthesizer(
-        voice, dataclasses.replace(engine_config(config), precision="fp32", phrase_cache_bytes=0)
+        voice,
+        dataclasses.replace(
+            engine_config(config), precision="fp32", cache=CacheConfig(memory_bytes=0)
+        ),
     )
     report = prepare_int8(reference, split, scorer, force=args.force)
     verdict = "INT8 decoder is the default" if report["passed"] else "fp32 stays the default"
     print(f"INT8 gate: {report['reason']} -> {verdict}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from magpie_tts.engine.cache import clear_directory
+
+    config = _load(args)
+    folder = config.engine.state_dir / "phrases"
+    removed = clear_directory(folder)
+    print(f"removed {removed} cached phrase file(s) from {folder}")
+    print("(the running daemon keeps its in-memory cache until it restarts)")
     return 0
 
 
@@ -132,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--no-int8", action="store_true", help="only split the graph")
     prepare.add_argument("--force", action="store_true", help="rebuild INT8 even if present")
     prepare.set_defaults(func=cmd_prepare)
+
+    cache = sub.add_parser("cache", help="phrase cache: `cache clear` deletes cached audio")
+    cache.add_argument("action", choices=["clear"])
+    cache.set_defaults(func=cmd_cache)
 
     bench = sub.add_parser("bench", help="first audio / total / RTF / RSS vs piper-tts")
     bench.add_argument("--repeats", type=int, default=7)

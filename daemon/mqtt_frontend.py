@@ -1,0 +1,169 @@
+"""The MQTT frontend: topics and Hermes in, events, errors and retained status out.
+
+It only translates: payloads become asks for the core, the core's events become
+messages. It never reaches into an utterance's state.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .config import Config
+from .core import Core
+from .mqtt import MqttLink, Topics
+from .mqtt_payloads import (
+    hermes_context,
+    parse_hermes,
+    parse_say,
+    parse_stop,
+    parse_stream,
+)
+from .utterance import Event, Refused, Utterance
+
+log = logging.getLogger(__name__)
+
+
+class MqttFrontend:
+    def __init__(
+        self,
+        config: Config,
+        core: Core,
+        status: Callable[[], dict[str, Any]],
+        offline_status: dict[str, Any],
+    ) -> None:
+        self.config = config
+        self.core = core
+        self.topics = Topics(config.mqtt.base_topic)
+        self._status = status
+        self._offline = offline_status
+        self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._recent_lock = threading.Lock()
+        self.link = MqttLink(
+            config.mqtt, self.topics, self._on_message, self.publish_status, offline_status
+        )
+
+    def start(self) -> None:
+        self.link.start()
+
+    def stop(self) -> None:
+        self.link.stop(self._offline)
+
+    @property
+    def reconnects(self) -> int:
+        return max(0, self.link.connects - 1)
+
+    # -- out -------------------------------------------------------------------------------
+
+    def publish_status(self) -> None:
+        self.link.publish(self.topics.status, self._status(), retain=True)
+
+    def report(self, utterance: Utterance, event: Event) -> None:
+        """The core's events for utterances this frontend asked for (the Sink)."""
+        ask = utterance.ask
+        self.link.publish(
+            self.topics.events,
+            {"id": ask.id, "event": event.name, "source": ask.source, **event.fields},
+        )
+        if not event.terminal:
+            return
+        problem = event.fields.get("error")
+        if problem:  # failed, or finished with a warning (stream without final)
+            self._publish_error(
+                problem, self._topic_of(ask.source), ask.id, self._hermes(utterance)
+            )
+        if ask.source == "hermes":
+            self.link.publish(
+                self.topics.hermes_finished,
+                {"id": ask.id, "siteId": ask.site_id, "sessionId": ask.session_id},
+            )
+
+    def _hermes(self, utterance: Utterance) -> dict[str, Any] | None:
+        ask = utterance.ask
+        if ask.source != "hermes":
+            return None
+        return {"siteId": ask.site_id, "sessionId": ask.session_id}
+
+    def _topic_of(self, source: str) -> str:
+        return {
+            "say": self.topics.say,
+            "stream": self.topics.stream,
+            "hermes": self.topics.hermes_say,
+        }.get(source, source)
+
+    def reject(
+        self,
+        reason: str,
+        topic: str,
+        request_id: str | None = None,
+        hermes: dict[str, Any] | None = None,
+    ) -> None:
+        """One clear error per rejected input: error topic, journal, Hermes if it came so."""
+        self.core.stats.rejected += 1
+        log.warning("rejected message on %s (id=%s): %s", topic, request_id, reason)
+        self._publish_error(reason, topic, request_id, hermes)
+
+    def _publish_error(
+        self, reason: str, topic: str, request_id: str | None, hermes: dict[str, Any] | None
+    ) -> None:
+        self.link.publish(self.topics.error, {"id": request_id, "topic": topic, "error": reason})
+        if hermes is not None:
+            self.link.publish(
+                self.topics.hermes_error,
+                {
+                    "error": reason,
+                    "siteId": hermes.get("siteId", self.config.mqtt.site_id),
+                    "sessionId": hermes.get("sessionId"),
+                    "context": topic,
+                },
+            )
+
+    def audio_error(self, message: str) -> None:
+        self._publish_error(message, "audio", None, None)
+        self.publish_status()
+
+    # -- in (paho's network thread) ----------------------------------------------------------
+
+    def _duplicate(self, topic: str, payload: bytes, dup: bool) -> bool:
+        # QoS 1 is at-least-once: after a reconnect the broker resends what we may already
+        # have taken (DUP flag). Speak each message once.
+        digest = hashlib.blake2b(topic.encode() + b"\0" + payload, digest_size=16).digest()
+        with self._recent_lock:
+            if dup and digest in self._recent:
+                return True
+            self._recent[digest] = None
+            while len(self._recent) > 2000:
+                self._recent.popitem(last=False)
+        return False
+
+    def _on_message(self, topic: str, payload: bytes, arrived: float, dup: bool = False) -> None:
+        if self._duplicate(topic, payload, dup):
+            log.info("dropping redelivered duplicate on %s", topic)
+            return
+        hermes = None
+        if topic == self.topics.hermes_say:
+            hermes = hermes_context(payload)
+            if hermes.get("siteId", "default") != self.config.mqtt.site_id:
+                log.debug("hermes say for site %s ignored", hermes.get("siteId"))
+                return  # another site's traffic, valid or not, is not ours to answer
+        limit = self.config.limits.max_payload_bytes
+        try:
+            if topic == self.topics.say:
+                self.core.submit(parse_say(payload, limit, arrived), self)
+            elif topic == self.topics.stream:
+                piece = parse_stream(payload, limit, arrived)
+                self.core.feed_stream(piece.ask, piece.text, piece.final, self)
+            elif topic == self.topics.stop:
+                request_id = parse_stop(payload, limit)
+                if not self.core.stop(request_id) and request_id is not None:
+                    raise Refused(
+                        f"no utterance with id {request_id!r} is queued or speaking", request_id
+                    )
+            elif topic == self.topics.hermes_say:
+                self.core.submit(parse_hermes(payload, limit, arrived), self)
+        except Refused as exc:
+            self.reject(str(exc), topic, exc.request_id, hermes)

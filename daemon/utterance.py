@@ -1,0 +1,127 @@
+"""An utterance: the request as asked (frozen), its live state, and its one outcome."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from magpie_tts.engine import StopToken
+from magpie_tts.engine.policy import TextStream
+
+log = logging.getLogger(__name__)
+
+PRIORITIES = {"alert": 0, "normal": 1, "low": 2}
+TERMINAL = frozenset({"finished", "stopped", "error"})
+_sequence = itertools.count()
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a frontend was asked to speak; never changes after acceptance."""
+
+    id: str
+    text: str = ""
+    source: str = "say"  # which frontend/topic asked: say | stream | hermes | local | ...
+    voice: str | None = None
+    speed: float = 1.0
+    volume: float = 1.0
+    speaker: int | str | None = None  # multi-speaker voices: id or name
+    priority: str = "normal"
+    cacheable: bool = False  # the sender marks this phrase as worth caching
+    site_id: str | None = None  # Hermes
+    session_id: str | None = None  # Hermes
+    received_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str  # queued | started | interrupted | finished | stopped | error
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in TERMINAL
+
+
+class Sink(Protocol):
+    """Where a frontend hears about its utterances (called outside the core's lock)."""
+
+    def report(self, utterance: Utterance, event: Event) -> None: ...
+
+
+class NullSink:
+    def report(self, utterance: Utterance, event: Event) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class Utterance:
+    """Live state of one accepted request; owned by the core."""
+
+    ask: Ask
+    sink: Sink = field(default_factory=NullSink)
+    units: list[str] = field(default_factory=list)  # validated units (grows for streams)
+    stream: TextStream | None = None
+    cursor: int = 0  # first unit not yet fully heard: where a resume starts
+    sequence: int = field(default_factory=lambda: next(_sequence))
+    stop: StopToken = field(default_factory=StopToken)
+    stop_reason: str | None = None  # an explicit stop: wins over a pending resume
+    preempted: bool = False
+    stream_timed_out: bool = False
+    outcome: Event | None = None
+    _report_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.ask.id
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return PRIORITIES[self.ask.priority], self.sequence
+
+    def report(self, event: Event) -> bool:
+        """Tell the sink; a terminal event only once. False if it was already concluded."""
+        with self._report_lock:
+            if self.outcome is not None:
+                log.error("utterance %s already %s; dropping %s", self.id, self.outcome.name, event)
+                return False
+            if event.terminal:
+                self.outcome = event
+            self.sink.report(self, event)
+            return True
+
+    def ordered(self) -> threading.RLock:
+        """Hold while making a change whose event must precede the next one (queued)."""
+        return self._report_lock
+
+    def pending_units(self, idle_s: float, should_stop: Callable[[], bool]) -> Iterator[str]:
+        """Units from the cursor on: those known, then the stream's as they complete."""
+        index = self.cursor
+        while index < len(self.units):
+            yield self.units[index]
+            index += 1
+        if self.stream is None:
+            return
+        for unit in self.stream.units(idle_s, should_stop):
+            self.units.append(unit)
+            yield unit
+        if not self.stream.closed and not should_stop():
+            # idle without final: speak what is left, and say so at the end
+            self.stream_timed_out = True
+            self.stream.finish()
+            for unit in self.stream.units(0):
+                self.units.append(unit)
+                yield unit
+
+
+class Refused(Exception):
+    """A request the core will not take; str() is the reason the sender hears."""
+
+    def __init__(self, reason: str, request_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.request_id = request_id
