@@ -62,10 +62,13 @@ def plan_windows(
             folded = _bucket(buckets, core_start, frames, frames, context)
             tail = _bucket(buckets, core_stop, frames, frames, context)
             small = frames - core_stop <= core // 4
-            exact = folded is not None and (folded <= frames or length > frames)
-            if exact and folded is not None and tail is not None:
-                if folded == length or (small and folded <= length + tail):
-                    core_stop, length = frames, folded
+            if (
+                folded is not None
+                and tail is not None
+                and (folded <= frames or length > frames)
+                and (folded == length or (small and folded <= length + tail))
+            ):
+                core_stop, length = frames, folded
         start = max(0, min(core_start - min(context, core_start), frames - length))
         yield Window(start, start + length, core_start, core_stop)
         core_start, step = core_stop, step + 1

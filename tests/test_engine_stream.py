@@ -122,9 +122,7 @@ VARIED = [
 ]
 
 
-def test_decoder_is_fed_only_warmed_lengths_and_output_is_unchanged(
-    synth, full_session
-) -> None:
+def test_decoder_is_fed_only_warmed_lengths_and_output_is_unchanged(synth, full_session) -> None:
     """Every window has a bucket length; cropping gives the full decode (float noise)."""
     buckets = set(bucket_lengths(synth.decoder.schedule, synth.decoder.context))
     fed: list[int] = []
