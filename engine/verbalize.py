@@ -101,7 +101,9 @@ _DATE_WORDS = (
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 )
 _CONTEXT_DATE = re.compile(rf"\b({_DATE_WORDS})\s+(\d{{1,2}})/(\d{{1,2}})\b(?!/)", re.I)
-_TIME = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?(?:\s?([AaPp])\.?\s?[Mm]\.?(?=\W|$))?")
+_TIME = re.compile(
+    r"\b([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?(?:\s?([AaPp])\.?\s?[Mm]\.?(?=\W|$))?"
+)
 _AMPM = re.compile(r"\b(1[0-2]|0?[1-9])\s?([AaPp])\.?\s?[Mm]\.?(?=\W|$)")
 _DURATION = re.compile(
     r"\b(?:(\d+)\s?h(?:rs?)?\s?(\d+)\s?m(?:in)?(?:\s?(\d+)\s?s(?:ec)?)?"
@@ -260,7 +262,7 @@ _UNITS = {
     "tbsp": ("tablespoon", "tablespoons"),
     "tsp": ("teaspoon", "teaspoons"),
 }
-_NUM = r"-?\d+(?:[.,]\d+)*"
+_NUM = r"-?\d+(?:,\d{3})*(?:\.\d+)?(?![.,]?\d)"
 _TEMP = re.compile(rf"({_NUM})\s?°\s?([CF])\b")
 _DEGREE = re.compile(rf"({_NUM})\s?°")
 _PERCENT = re.compile(rf"({_NUM})\s?%")
@@ -322,6 +324,10 @@ def _decade(match: re.Match[str]) -> str:
     tens = numbers.cardinal(int(match[2]))
     plural = tens[:-1] + "ies" if tens.endswith("y") else tens + "s"
     return f" {numbers.cardinal(int(match[1]))} {plural} " if match[1] else f" {plural} "
+
+
+def _by(match: re.Match[str]) -> str:
+    return f" {numbers.cardinal(int(match[1]))} by {numbers.cardinal(int(match[2]))} "
 
 
 def _fraction(match: re.Match[str]) -> str:
@@ -404,7 +410,7 @@ def expand(text: str) -> str:
     text = _FRACTION.sub(_fraction, text)
     text = _YEAR.sub(lambda m: m[0][: -len(m[1])] + numbers.year(int(m[1])) + " ", text)
     text = _LEADING_ZERO.sub(lambda m: f" {numbers.digits(m[0])} ", text)
-    text = _BY.sub(lambda m: f" {numbers.cardinal(int(m[1]))} by {numbers.cardinal(int(m[2]))} ", text)
+    text = _BY.sub(_by, text)
     text = _TIMES.sub(lambda m: f" {_speak_number(m[1])} times ", text)
     text = _MIXED.sub(_mixed, text)
     text = _LETTER_HYPHEN_DIGIT.sub(" ", text)
