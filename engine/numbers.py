@@ -106,3 +106,21 @@ def year(n: int) -> str:
     if low == 0:
         return f"{cardinal(high)} hundred"
     return f"{cardinal(high)} {'oh ' + cardinal(low) if low < 10 else cardinal(low)}"
+
+
+_DENOMINATORS = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+
+
+def fraction(numerator: int, denominator: int) -> str:
+    """3/4 → 'three quarters'; 1/2 → 'one half'; 5/8 → 'five eighths'; 7/250 → '… over …'."""
+    if denominator == 0 or denominator > 20:
+        return f"{cardinal(numerator)} over {cardinal(denominator)}"
+    if denominator == 1:
+        return cardinal(numerator)
+    one, many = _DENOMINATORS.get(denominator, (ordinal(denominator), ordinal(denominator) + "s"))
+    return f"{cardinal(numerator)} {one if numerator == 1 else many}"
+
+
+def digit_groups(groups: list[str]) -> str:
+    """Phone numbers and codes: digit by digit, a pause (comma) between groups."""
+    return ", ".join(digits(g) for g in groups if g)

@@ -179,28 +179,35 @@ class StreamingSynthesizer:
             if not cache.wants(key, marked=cache_use in ("keep", "pin")):
                 key = None
         started = time.perf_counter()
-        ids = self.phonemizer.clause_ids(clause)
+        parts = self.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
         sid = self.voice.speaker_id(options.speaker)
-        with self._lock:
-            z = self.latent(ids, options)
         pieces: list[np.ndarray] = []
         # Only an utterance's first clause needs a small first chunk: later clauses are
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(self.config.schedule) - 1
-        chunks = self.decoder.stream(z, sid, first_step)
+        chunks = self._part_chunks(parts, options, sid, first_step)
         while not stop.stopped:
             with self._lock:
                 audio = next(chunks, None)
                 if audio is None:
                     break
                 pcm = to_pcm(audio)  # copy out before the buffer is reused
-            spent, started = time.perf_counter() - started, time.perf_counter()
+            spent = time.perf_counter() - started
             if key is not None:
                 pieces.append(pcm)
             yield AudioChunk(pcm, self.voice.sample_rate, index, spent)
             started = time.perf_counter()  # time the consumer held us is not compute
         if cache is not None and key is not None and pieces and not stop.stopped:
             cache.put(key, np.concatenate(pieces), pinned=cache_use == "pin")
+
+    def _part_chunks(
+        self, parts: list[list[int]], options: SynthesisOptions, sid: int | None, first_step: int
+    ) -> Iterator[np.ndarray]:
+        """Decoder chunks of a unit, part by part; the caller holds the lock per next()."""
+        for part, ids in enumerate(parts):
+            z = self.latent(ids, options)
+            last_step = len(self.config.schedule) - 1
+            yield from self.decoder.stream(z, sid, first_step if part == 0 else last_step)
 
     def stream_clauses(
         self,

@@ -77,7 +77,7 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
     chunks = [c.copy() for c in synth.decoder.stream(z)]
     streamed = np.concatenate(chunks)
     assert len(streamed) == len(reference)
-    assert snr_db(reference, streamed) >= 60.0
+    assert snr_db(reference, streamed) >= (100.0 if z.shape[2] >= 64 else 80.0)
     if z.shape[2] > 64:
         assert len(chunks) >= 3
         assert len(chunks[0]) < len(chunks[-2])  # growing schedule: small first chunk
@@ -89,7 +89,7 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
     context=st.sampled_from([0, 4, 8, 16]),
     first_step=st.integers(0, 5),
 )
-def test_window_plan_covers_every_frame_with_context(
+def test_window_plan_covers_every_frame_with_context_on_warmed_lengths(
     frames: int, context: int, first_step: int
 ) -> None:
     schedule = (16, 32, 64, 128, 256)
@@ -99,12 +99,56 @@ def test_window_plan_covers_every_frame_with_context(
     for before, after in itertools.pairwise(windows):
         assert before.keep_to == after.keep_from
     for w in windows:
-        assert 0 <= w.start <= w.keep_from < w.keep_to <= w.stop <= frames
+        assert w.stop - w.start in buckets  # only warmed shapes, tails and short units too
+        assert 0 <= w.start <= w.keep_from < w.keep_to <= min(w.stop, frames)
         assert w.keep_from - w.start >= min(context, w.keep_from)
-        assert w.stop - w.keep_to >= min(context, frames - w.keep_to)
-    if frames >= max(buckets):
-        # every window but a folded tail has a bucket length, so sessions are warm for it
-        assert sum((w.stop - w.start) not in buckets for w in windows) <= 1
+        assert min(w.stop, frames) - w.keep_to >= min(context, frames - w.keep_to)
+        # padding past the end (inexact for the last frames) only for very short units
+        assert w.stop <= frames or frames < schedule[1] + 2 * context
+    if first_step == 0 and frames > schedule[0] + context:
+        assert windows[0].stop - windows[0].start == schedule[0] + context  # small first chunk
+
+
+VARIED = [
+    "Hi.",
+    "Yes",
+    "Okay.",
+    "Turning off the lights.",
+    MEDIUM,
+    MEDIUM + " and " + MEDIUM.lower(),
+    "Set a timer for twelve minutes, then remind me to call Anna about the concert.",
+    "Rain is likely after three; take an umbrella and a warm coat if you go out tonight.",
+    "The next train to Cambridge leaves from platform four in seven minutes.",
+]
+
+
+def test_decoder_is_fed_only_warmed_lengths_and_output_is_unchanged(synth, full_session) -> None:
+    """Every window has a bucket length; cropping gives the full decode (float noise)."""
+    buckets = set(bucket_lengths(synth.decoder.schedule, synth.decoder.context))
+    fed: list[int] = []
+    decode = synth.decoder.decode
+    lengths = []
+    try:
+        synth.decoder.decode = lambda z, sid=None: (fed.append(z.shape[2]), decode(z, sid))[1]
+        for text in VARIED:
+            ids = synth.phonemizer.clause_ids(text)
+            reference = full_decode(full_session, synth, ids)
+            z = synth.latent(ids, QUIET)
+            lengths.append(z.shape[2])
+            for first_step in (0, len(synth.decoder.schedule) - 1):
+                chunks = synth.decoder.stream(z, None, first_step)
+                streamed = np.concatenate([c.copy() for c in chunks])
+                assert len(streamed) == len(reference)
+                # a unit under 64 frames is padded at its end: 83-91 dB measured
+                floor = 100.0 if z.shape[2] >= 64 else 80.0
+                assert snr_db(reference, streamed) >= floor, (text, first_step)
+        fed_by_units = len(fed)
+        list(synth.stream(" ".join(VARIED), QUIET))  # and whole utterances, unit by unit
+        assert len(fed) > fed_by_units
+    finally:
+        synth.decoder.decode = decode
+    assert set(fed) <= buckets, sorted(set(fed) - buckets)
+    assert any(n not in buckets for n in lengths)  # the texts did have unwarmed lengths
 
 
 def test_stream_yields_small_first_chunk_before_the_rest_is_made(synth) -> None:
