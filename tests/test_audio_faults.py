@@ -43,14 +43,19 @@ def test_device_missing_at_start_is_reported_and_recovered(pulse_daemon) -> None
     daemon.say(json.dumps({"text": "Is anybody listening?", "id": "early"}))
     error = probe.wait(f"{daemon.base}/error", lambda e: e["topic"] == "audio")[0]
     assert "cannot open ALSA device" in error["error"]
-    probe.wait(f"{daemon.base}/status", lambda s: s.get("audio", "ok") != "ok")
+    probe.wait(
+        f"{daemon.base}/status",
+        lambda s: s.get("audio", "ok") != "ok" and s["health"] == "degraded",
+    )
     sink.start()
     probe.wait(
         f"{daemon.base}/events",
         lambda e: e["id"] == "early" and e["event"] == "finished",
         timeout=60,
     )
-    assert probe.wait(f"{daemon.base}/status", lambda s: s.get("audio") == "ok")
+    assert probe.wait(
+        f"{daemon.base}/status", lambda s: s.get("audio") == "ok" and s["health"] == "ok"
+    )
     assert daemon.alive()
 
 

@@ -62,12 +62,19 @@ def test_hermes_for_another_site_is_ignored(daemon, probe) -> None:
     daemon.say(
         json.dumps({"text": "Not for me", "siteId": "kitchen", "id": "h-2"}), topic="hermes/tts/say"
     )
+    # another site's invalid message is not ours to answer either
+    daemon.say(
+        json.dumps({"text": "<b>x</b>", "siteId": "kitchen", "id": "h-bad", "sessionId": "k1"}),
+        topic="hermes/tts/say",
+    )
     daemon.say(
         json.dumps({"text": "For me", "siteId": "default", "id": "h-3"}), topic="hermes/tts/say"
     )
     probe.wait("hermes/tts/sayFinished", lambda m: m["id"] == "h-3")
     assert probe.find("hermes/tts/sayFinished", lambda m: m["id"] == "h-2") == []
     assert probe.events(daemon.base, "h-2") == []
+    assert probe.find(f"{daemon.base}/error", lambda e: e["id"] == "h-bad") == []
+    assert probe.find("hermes/error/tts", lambda e: e.get("sessionId") == "k1") == []
     assert len(daemon.recorded()) > before
 
 
