@@ -54,9 +54,11 @@ def test_invalid_config_names_the_key(tmp_path: Path, toml: str, env: dict, key:
     "name", ["MAGPIE_TTS_LIMITS_MAX_QUEUE", "MAGPIE_TTS_LIMITS__", "MAGPIE_TTS_A__B__C"]
 )
 def test_env_variable_that_names_no_setting_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "empty.toml"
+    path.write_text("")
     with pytest.raises(ConfigError, match=name):
-        load_config(tmp_path / "absent.toml", environ={name: "5"})
-    assert load_config(tmp_path / "absent.toml", environ={"MAGPIE_TTS_TEST_HOOKS": "1"})
+        load_config(path, environ={name: "5"})
+    assert load_config(path, environ={"MAGPIE_TTS_TEST_HOOKS": "1"})
 
 
 def test_broken_toml_and_missing_file(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine import numbers
-from magpie_tts.engine.errors import TextError
 from magpie_tts.engine.segment import ClauseSplitter, split_clauses
 from magpie_tts.engine.text import clean, has_speakable, normalize
 
@@ -47,11 +46,6 @@ def test_inline_phonemes_pass_through_unchanged() -> None:
 def test_nothing_speakable() -> None:
     assert not has_speakable(clean("😀 🎉 <b></b> \x00"))
     assert has_speakable("[[ a ]]")
-
-
-def test_too_long_text_is_refused() -> None:
-    with pytest.raises(TextError):
-        normalize("a " * 20_000)
 
 
 @pytest.mark.parametrize(
