@@ -170,7 +170,7 @@ ASOUNDRC = """\
 pcm.ttstap {{ type file  slave.pcm "null"  file "{tap}"  format "raw"  truncate true }}
 pcm.ttspaced {{ type file  slave.pcm "null"  format "raw"
                file "|pv -q -B 4096 -L 44100 > {paced}" }}
-pcm.ttspulse {{ type pulse  server "unix:{pulse_socket}" }}
+pcm.ttspulse {{ type pulse  server "unix:{pulse_socket}"  handle_underrun true }}
 """
 
 
