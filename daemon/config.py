@@ -100,11 +100,24 @@ class EngineSection(_Section):
         return value
 
 
+class WyomingConfig(_Section):
+    """Home Assistant's Wyoming protocol (TCP): describe/info and (streaming) synthesis."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"  # 0.0.0.0 to let Home Assistant on another host reach it
+    port: int = Field(10200, ge=1, le=65535)
+    # auto: advertise _wyoming._tcp.local. when listening beyond loopback
+    zeroconf: Literal["auto", "on", "off"] = "auto"
+    name: str | None = None  # zeroconf instance name; None: magpie-<hostname>
+
+
 class LimitsConfig(_Section):
     max_text_chars: int = Field(DEFAULT_MAX_TEXT_CHARS, ge=16, le=1_000_000)
     max_queue: int = Field(32, ge=1, le=10_000)
     rate_per_minute: int = Field(120, ge=1)
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
+    max_streams: int = Field(8, ge=1, le=256)  # audio streamed to clients at once
+    client_stall_s: float = Field(10.0, gt=0)  # a client reading nothing this long is cut off
 
     @property
     def max_payload_bytes(self) -> int:
@@ -127,6 +140,7 @@ class Config(_Section):
     engine: EngineSection = Field(default_factory=EngineSection)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     selftest: SelftestConfig = Field(default_factory=SelftestConfig)
+    wyoming: WyomingConfig = Field(default_factory=WyomingConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 

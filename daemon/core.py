@@ -6,13 +6,20 @@ core owns the speaker queue, priorities and pre-emption, the synthesis worker an
 player hand-off, and concludes every accepted utterance in one place (`_conclude`),
 which emits its one terminal event.
 
+An utterance is spoken on the speaker, or, when the frontend passes an `AudioOut`,
+streamed to a client (a Wyoming or HTTP connection): same admission, ids, stop and
+events, but it bypasses the speaker queue and runs at once on a client thread, up to
+`max_streams` at a time.
+
 Threads and what they own:
 - frontend threads (paho's network thread, the Wyoming/HTTP event loops) call
   submit / feed_stream / stop; they never touch an utterance's state directly;
 - the speaker worker ("magpie-synth") takes utterances off the queue, synthesizes and
   hands PCM to the player; only it sets `current`, an utterance's cursor and outcome;
-- the player thread writes to ALSA and reports the first frame (`_first_frame`).
-`_lock` guards the queue membership, `current` and the live-id map. Nothing outside
+- the player thread writes to ALSA and reports the first frame (`_first_frame`);
+- one client thread ("magpie-client") per client-bound utterance synthesizes it into
+  its AudioOut and concludes it; it owns that utterance's cursor and outcome.
+`_lock` guards the queue membership, `current`, the client set and the live-id map. Nothing outside
 the core (a sink, the player, the engine) is called while it is held: methods decide
 under the lock and act after releasing it.
 """
@@ -26,13 +33,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 from magpie_tts.engine import EngineError, StopToken, SynthesisOptions
 from magpie_tts.engine.policy import TextPolicy
 
 from .player import Playback
 from .queue import RateLimiter, UtteranceQueue
 from .stats import RollingStats
-from .utterance import PRIORITIES, Ask, Event, NullSink, Refused, Sink, Utterance
+from .utterance import (
+    PRIORITIES,
+    Ask,
+    AudioOut,
+    Event,
+    NullSink,
+    Refused,
+    Sink,
+    Utterance,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +72,7 @@ class CoreLimits:
     max_queue: int = 32
     rate_per_minute: int = 120
     stream_idle_s: float = 30.0
+    max_streams: int = 8  # client-bound utterances synthesizing at once
 
 
 class Core:
@@ -75,7 +93,9 @@ class Core:
         self.clock = clock
         self.queue = UtteranceQueue(limits.max_queue)
         self.rate = RateLimiter(limits.rate_per_minute, clock)
-        self.stats = RollingStats()
+        self.stats = RollingStats()  # the speaker's utterances
+        self.client_stats = RollingStats()  # client-bound utterances (first chunk out)
+        self._clients: set[Utterance] = set()
         self.current: Utterance | None = None
         self._playback: Playback | None = None
         self._live: dict[str, Utterance] = {}
@@ -96,7 +116,10 @@ class Core:
         self._stopping.set()
         self.stop(None, reason="shutdown")
         self.queue.close()
+        deadline = time.monotonic() + timeout
         self._worker.join(timeout)
+        while self._clients and time.monotonic() < deadline:  # client threads conclude
+            time.sleep(0.01)
 
     @property
     def worker_alive(self) -> bool:
@@ -109,9 +132,15 @@ class Core:
 
     # -- frontends call these -----------------------------------------------------------
 
-    def submit(self, ask: Ask, sink: Sink | None = None) -> Utterance:
-        """Accept a whole text for the speaker, or raise Refused with the reason."""
-        utterance = Utterance(ask, sink or NullSink())
+    @property
+    def active_streams(self) -> int:
+        return len(self._clients)
+
+    def submit(
+        self, ask: Ask, sink: Sink | None = None, audio_out: AudioOut | None = None
+    ) -> Utterance:
+        """Accept a whole text for the speaker (or for `audio_out`), or raise Refused."""
+        utterance = Utterance(ask, sink or NullSink(), audio_out=audio_out)
         try:
             self._check_voice(ask)
             utterance.units = self.policy.units(ask.text)  # the very units spoken later
@@ -120,8 +149,16 @@ class Core:
         self._admit(utterance)
         return utterance
 
-    def feed_stream(self, ask: Ask, text: str, final: bool, sink: Sink | None = None) -> Utterance:
-        """A piece of incremental text; the first piece of an id opens its utterance.
+    def feed_stream(
+        self,
+        ask: Ask,
+        text: str,
+        final: bool,
+        sink: Sink | None = None,
+        audio_out: AudioOut | None = None,
+    ) -> Utterance:
+        """A piece of incremental text; the first piece of an id opens its utterance
+        (for the speaker, or for `audio_out`: later pieces need not repeat it).
 
         One rule for ids, as for `submit`: an id names a live utterance; once that is
         over, the id may start a new one.
@@ -140,7 +177,9 @@ class Core:
                 self.policy.check(text)
             except EngineError as exc:
                 raise Refused(str(exc), ask.id) from None
-            utterance = Utterance(ask, sink or NullSink(), stream=self.policy.stream(self.clock))
+            utterance = Utterance(
+                ask, sink or NullSink(), stream=self.policy.stream(self.clock), audio_out=audio_out
+            )
             self._admit(utterance)
         stream = utterance.stream
         assert stream is not None
@@ -186,18 +225,34 @@ class Core:
         """Queue it (or refuse); `queued` is reported before any later event."""
         if self._stopping.is_set():
             raise Refused("daemon is shutting down", utterance.id)
+        to_client = utterance.audio_out is not None
+        preempt = playback = None
         with utterance.ordered():
             with self._lock:
                 if utterance.id in self._live:
                     raise Refused(f"request id {utterance.id!r} is already queued", utterance.id)
                 self.rate.check(utterance.id)
-                self.queue.put(utterance)  # raises Refused when full
+                if to_client:
+                    if len(self._clients) >= self.limits.max_streams:
+                        raise Refused(
+                            f"too many streams at once (limit {self.limits.max_streams})",
+                            utterance.id,
+                        )
+                    self._clients.add(utterance)
+                else:
+                    self.queue.put(utterance)  # raises Refused when full
                 self.rate.take()  # only accepted requests use the budget
                 self._live[utterance.id] = utterance
                 depth = len(self.queue)
-                preempt = self._preemption(utterance)
-                playback = self._playback if preempt is not None else None
+                if not to_client:
+                    preempt = self._preemption(utterance)
+                    playback = self._playback if preempt is not None else None
             self._report(utterance, "queued", priority=utterance.ask.priority, queue_depth=depth)
+        if to_client:
+            worker = threading.Thread(
+                target=self._serve_client, args=(utterance,), name="magpie-client", daemon=True
+            )
+            worker.start()
         if preempt is not None:
             log.info("alert %s pre-empts %s", utterance.id, preempt.id)
             self._cancel(preempt, playback)
@@ -377,18 +432,91 @@ class Core:
             )
         self._conclude(utterance, "finished", **timing)
 
+    # -- client-bound utterances (one thread each) ---------------------------------------
+
+    def _serve_client(self, utterance: Utterance) -> None:
+        try:
+            self._stream_to_client(utterance)
+        except EngineError as exc:
+            self._conclude(utterance, "error", error=str(exc))
+        except Exception as exc:  # one broken stream must not end the service
+            log.exception("synthesis of %s failed", utterance.id)
+            self._conclude(utterance, "error", error=f"internal error: {exc}")
+
+    def _stream_to_client(self, utterance: Utterance) -> None:
+        ask, out = utterance.ask, utterance.audio_out
+        assert out is not None
+        if self.fail_marker and self.fail_marker in ask.text:
+            raise RuntimeError("test hook: synthesis failure injected")
+        synth = self.registry.get(ask.voice)
+        rate = synth.voice.sample_rate
+        units = utterance.pending_units(self.limits.stream_idle_s, lambda: utterance.stop.stopped)
+        chunks = synth.stream_clauses(
+            units,
+            SynthesisOptions(speed=ask.speed, speaker=ask.speaker),
+            utterance.stop,
+            cache_use="keep" if ask.cacheable else "auto",
+        )
+        audio_s = compute_s = cached_s = 0.0
+        ttfa_ms: float | None = None
+        first_cached = False
+        for chunk in chunks:
+            pcm = chunk.pcm
+            if ask.volume != 1.0:
+                pcm = np.clip(pcm * ask.volume, -32768, 32767).astype(np.int16)
+            if not out.write(pcm, rate):
+                with self._lock:
+                    utterance.stop_reason = utterance.stop_reason or "client gone"
+                utterance.stop.stop()
+                break
+            if chunk.cached:
+                cached_s += chunk.duration_s
+            else:
+                audio_s += chunk.duration_s
+                compute_s += chunk.compute_s
+            if ttfa_ms is None:  # the first chunk is out of the daemon
+                ttfa_ms = round((self.clock() - ask.received_at) * 1000, 1)
+                first_cached = chunk.cached
+                self._report(utterance, "started", ttfa_ms=ttfa_ms)
+        timing = {
+            "ttfa_ms": ttfa_ms,
+            "duration_s": round(audio_s + cached_s, 3),
+            "rtf": round(compute_s / audio_s, 4) if audio_s > 0 else None,
+            "cached_s": round(cached_s, 3),
+        }
+        if utterance.stop.stopped:
+            self._conclude(
+                utterance, "stopped", reason=utterance.stop_reason or "stopped", **timing
+            )
+        elif ttfa_ms is None:
+            self._conclude(
+                utterance,
+                "error",
+                error="nothing speakable in the text (no letters after clean-up)",
+            )
+        else:
+            self.client_stats.add(ttfa_ms, timing["rtf"], cached=first_cached)
+            if utterance.stream_timed_out:
+                timing["error"] = (
+                    f"stream {utterance.id!r} ended without final after "
+                    f"{self.limits.stream_idle_s:g} s idle"
+                )
+            self._conclude(utterance, "finished", **timing)
+
     # -- the one place an utterance ends ------------------------------------------------
 
     def _conclude(self, utterance: Utterance, outcome: str, **fields: Any) -> None:
         with self._lock:
             if self._live.get(utterance.id) is utterance:
                 del self._live[utterance.id]
+            self._clients.discard(utterance)
         if utterance.stream is not None:
             utterance.stream.finish()
+        stats = self.client_stats if utterance.audio_out is not None else self.stats
         if outcome == "stopped":
-            self.stats.stopped += 1
+            stats.stopped += 1
         elif outcome == "error":
-            self.stats.errors += 1
+            stats.errors += 1
         self._report(utterance, outcome, **fields)
 
     def _report(self, utterance: Utterance, name: str, **fields: Any) -> None:

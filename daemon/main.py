@@ -86,9 +86,11 @@ def run(config: Config, config_path: Path | None = None) -> int:
         log.info("phrase cache: %d hot phrase unit(s) ready in memory", pinned)
     try:
         service.start()
-    except ConnectError as exc:
+    except (ConnectError, OSError) as exc:
         log.error("cannot start: %s", exc)
         service.player.close()
+        if service.wyoming is not None:
+            service.wyoming.stop()
         return EXIT_START_FAILED
     if config.selftest.audible and config.selftest.enabled:
         service.core.say_local("Magpie is ready.")

@@ -19,6 +19,7 @@ from .mqtt_frontend import MqttFrontend
 from .player import Player
 from .utterance import Event, Utterance
 from .voices import VoiceRegistry, text_policy
+from .wyoming_frontend import WyomingServer, build_info
 
 VERSION = "0.2.0"
 
@@ -36,10 +37,17 @@ class Service:
             self.registry,
             self.player,
             text_policy(config),
-            CoreLimits(limits.max_queue, limits.rate_per_minute, limits.stream_idle_s),
+            CoreLimits(
+                limits.max_queue, limits.rate_per_minute, limits.stream_idle_s, limits.max_streams
+            ),
             monitor=self,
         )
         self.mqtt = MqttFrontend(config, self.core, self.status, self._offline())
+        self.wyoming = (
+            WyomingServer(config, self.core, lambda: build_info(self.registry.catalogue(), VERSION))
+            if config.wyoming.enabled
+            else None
+        )
 
     def _offline(self) -> dict[str, Any]:
         return {"state": "offline", "version": VERSION}
@@ -49,12 +57,16 @@ class Service:
     def start(self) -> None:
         self.player.start()
         self.core.start()
+        if self.wyoming is not None:
+            self.wyoming.start()  # before MQTT: a port in use fails the start cleanly
         self.mqtt.start()
 
     def shutdown(self) -> None:
         """Stop what plays, conclude what waits (each gets its event), then disconnect."""
         self.core.shutdown()
         self.player.close()
+        if self.wyoming is not None:
+            self.wyoming.stop()
         self.mqtt.stop()
 
     @property
@@ -92,6 +104,7 @@ class Service:
             "audio": self.player.device_error or "ok",
             "mqtt_reconnects": self.mqtt.reconnects,
             **self.core.stats.summary(),
+            "streams": {"active": self.core.active_streams, **self.core.client_stats.summary()},
         }
         cache = synth.phrase_cache
         if cache is not None:

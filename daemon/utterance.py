@@ -54,6 +54,14 @@ class Sink(Protocol):
     def report(self, utterance: Utterance, event: Event) -> None: ...
 
 
+class AudioOut(Protocol):
+    """Where a client-bound utterance's audio goes (a Wyoming or HTTP connection) instead
+    of the speaker. `write` is called from a synthesis thread and may block while the
+    client catches up; it returns False once the client is gone or too slow."""
+
+    def write(self, pcm: Any, sample_rate: int) -> bool: ...
+
+
 class NullSink:
     def report(self, utterance: Utterance, event: Event) -> None:
         pass
@@ -67,6 +75,7 @@ class Utterance:
     sink: Sink = field(default_factory=NullSink)
     units: list[str] = field(default_factory=list)  # validated units (grows for streams)
     stream: TextStream | None = None
+    audio_out: AudioOut | None = None  # None: the speaker
     cursor: int = 0  # first unit not yet fully heard: where a resume starts
     sequence: int = field(default_factory=lambda: next(_sequence))
     stop: StopToken = field(default_factory=StopToken)

@@ -11,6 +11,7 @@ from magpie_tts.engine.cache import CacheConfig
 from magpie_tts.engine.policy import TextPolicy
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.engine.voice import VoiceSummary, summarize_voice
 
 from .config import Config
 
@@ -84,6 +85,21 @@ class VoiceRegistry:
             if key == str(self.default.voice.model_path):
                 return self.default
             return self._by_key.get(key)
+
+    def catalogue(self) -> list[VoiceSummary]:
+        """Every voice a request can name: the default, then `engine.voices_dir`'s."""
+        default = self.default.voice
+        voices = [summarize_voice(default.model_path)]
+        directory = self.config.engine.voices_dir
+        if directory is not None and directory.is_dir():
+            for model in sorted(directory.glob("*.onnx")):
+                if model.resolve() == default.model_path.resolve():
+                    continue
+                try:
+                    voices.append(summarize_voice(model))
+                except VoiceError as exc:
+                    log.warning("voice %s not listed: %s", model, exc)
+        return voices
 
     def _resolve(self, name: str) -> Path:
         if name in (self.default.voice.name, "default"):

@@ -27,6 +27,7 @@ class Voice:
     noise_w: float
     hop_length: int
     model_hash: str
+    language: str = "en_US"  # the config's language.code (BCP 47 with an underscore)
 
     def speaker_id(self, speaker: int | str | None) -> int | None:
         """Resolve a speaker name or number; None for single-speaker voices."""
@@ -97,8 +98,41 @@ def load_voice(path: str | Path | None = None) -> Voice:
             noise_w=float(inference.get("noise_w", 0.8)),
             hop_length=int(config.get("hop_length", DEFAULT_HOP_LENGTH)),
             model_hash=file_hash(model),
+            language=str(config.get("language", {}).get("code") or config["espeak"]["voice"]),
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         if isinstance(exc, VoiceError):
             raise
+        raise VoiceError(f"invalid voice config {config_path}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class VoiceSummary:
+    """What a catalogue shows of a voice, read from its JSON config alone (no hashing,
+    no sessions): frontends list voices without loading them."""
+
+    name: str
+    model_path: Path
+    language: str
+    sample_rate: int
+    speakers: tuple[str, ...] = ()  # names of a multi-speaker voice's speakers
+    quality: str | None = None
+
+
+def summarize_voice(model: Path) -> VoiceSummary:
+    config_path = model.with_name(model.name + ".json")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        speakers = config.get("speaker_id_map") or {}
+        if int(config.get("num_speakers", 1)) > 1 and not speakers:
+            speakers = {str(i): i for i in range(int(config["num_speakers"]))}
+        return VoiceSummary(
+            name=model.stem,
+            model_path=model,
+            language=str(config.get("language", {}).get("code") or config["espeak"]["voice"]),
+            sample_rate=int(config["audio"]["sample_rate"]),
+            speakers=tuple(sorted(speakers, key=lambda name: speakers[name])),
+            quality=config.get("audio", {}).get("quality"),
+        )
+    except (OSError, KeyError, TypeError, ValueError) as exc:
         raise VoiceError(f"invalid voice config {config_path}: {exc}") from exc

@@ -264,6 +264,7 @@ def make_daemon(
             "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
             "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
             "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
+            "MAGPIE_TTS_WYOMING__ENABLED": "false",  # a test that needs it sets a free port
             "PYTHONUNBUFFERED": "1",
         }
     )

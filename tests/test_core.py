@@ -232,3 +232,60 @@ def test_shutdown_concludes_everything(parts) -> None:
     assert terminals(sink, "now") == ["stopped"] and terminals(sink, "later") == ["stopped"]
     with pytest.raises(Refused, match="shutting down"):
         core.submit(Ask(id="late", text="Too late."), sink)
+
+
+class ClientAudio:
+    """A client connection as the core sees it: takes PCM, may be slow or go away."""
+
+    def __init__(self, accept: int = 10**6, delay_s: float = 0.0) -> None:
+        self.accept = accept  # chunks it takes before it is gone
+        self.delay_s = delay_s
+        self.chunks = 0
+
+    def write(self, pcm, sample_rate: int) -> bool:
+        if self.chunks >= self.accept:
+            return False
+        time.sleep(self.delay_s)
+        self.chunks += 1
+        return True
+
+
+def test_client_bound_utterances_bypass_the_speaker_queue(parts) -> None:
+    build, synth, player, sink = parts
+    core = build()
+    core.submit(Ask(id="speaker", text=SENTENCES), sink)  # holds the speaker
+    sink.wait("speaker", "started")
+    out = ClientAudio()
+    core.submit(Ask(id="client", text=SENTENCES, source="wyoming"), sink, audio_out=out)
+    sink.wait("client", "finished")
+    assert sink.names("client") == ["queued", "started", "finished"]
+    assert "finished" not in sink.names("speaker")  # it did not wait for the speaker
+    assert out.chunks == 4 and all(unit is not None for unit, _ in player.played)
+    assert core.client_stats.summary()["utterances"] == 1
+    assert core.stats.summary()["utterances"] == 0
+
+
+def test_client_gone_stops_its_utterance_once(parts) -> None:
+    build, _synth, _player, sink = parts
+    core = build()
+    core.submit(Ask(id="c", text=SENTENCES), sink, audio_out=ClientAudio(accept=1))
+    sink.wait("c", "stopped")
+    assert terminals(sink, "c") == ["stopped"]
+    assert sink.fields("c", "stopped")["reason"] == "client gone"
+    assert core.active_streams == 0
+
+
+def test_client_streams_are_bounded_stoppable_and_shut_down(parts) -> None:
+    build, _synth, _player, sink = parts
+    core = build(max_streams=2)
+    slow = [ClientAudio(delay_s=0.2), ClientAudio(delay_s=0.2)]
+    for index, out in enumerate(slow):
+        core.submit(Ask(id=f"s{index}", text=SENTENCES), sink, audio_out=out)
+    with pytest.raises(Refused, match="too many streams"):
+        core.submit(Ask(id="s2", text=SENTENCES), sink, audio_out=ClientAudio())
+    assert core.stop("s0") == 1
+    sink.wait("s0", "stopped")
+    stream = core.feed_stream(Ask(id="s3"), "Half a", False, sink, audio_out=ClientAudio())
+    core.shutdown()
+    assert terminals(sink, "s1") == ["stopped"] and terminals(sink, "s3") == ["stopped"]
+    assert stream.outcome is not None and core.active_streams == 0

@@ -100,6 +100,7 @@ def main(argv: list[str]) -> int:
             "MAGPIE_TTS_MQTT__HOST": "127.0.0.1",
             "MAGPIE_TTS_MQTT__CLIENT_ID": f"magpie-demo-{os.getpid()}",
             "MAGPIE_TTS_MQTT__BASE_TOPIC": BASE,
+            "MAGPIE_TTS_WYOMING__ENABLED": "false",  # the demo speaks over MQTT only
         }
     )
     watch = Watch(port)

@@ -1,0 +1,475 @@
+"""The Wyoming frontend: Home Assistant's TTS protocol over TCP.
+
+It only translates. Wyoming events become asks for the core; the core streams each
+utterance's audio back into this connection (an `AudioOut`) and reports its outcome
+through this connection (a `Sink`). The `wyoming` package does the event framing; this
+module adds what a server facing the network needs on top of it: a clear `error` for a
+malformed event instead of a silent hang-up, and bounds on what a client may send.
+
+On the wire, per request:
+- `synthesize` → `audio-start`, `audio-chunk`s as they are decoded, `audio-stop`
+  (an `error` before it if synthesis failed half way); refused: one `error`.
+- `synthesize-start`, `synthesize-chunk`s, [`synthesize`, ignored], `synthesize-stop` →
+  one `audio-start`, chunks from the first complete clause on (while text still
+  arrives), `audio-stop`, then `synthesize-stopped`, which always ends the session
+  (an `error` before it when the session failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+from magpie_tts.engine.voice import VoiceSummary
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event as WyEvent
+from wyoming.event import async_read_event
+from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
+from wyoming.server import AsyncEventHandler, AsyncTcpServer
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+
+from .config import Config
+from .core import Core
+from .utterance import Ask, Event, Refused, Utterance
+
+log = logging.getLogger(__name__)
+
+WIDTH, CHANNELS = 2, 1  # s16le mono, as the engine makes it
+HEADER_LIMIT = 64 * 1024  # asyncio's line limit: a longer header line is malformed
+ATTRIBUTION = Attribution(name="Magpie TTS", url="https://github.com/magpie-tts/magpie-tts")
+PIPER_ATTRIBUTION = Attribution(name="Piper voices", url="https://github.com/rhasspy/piper")
+_connections = itertools.count(1)
+
+
+class BadFrame(Exception):
+    """An event that cannot be read; the connection cannot be trusted past it."""
+
+
+class _Replay:
+    """A reader that hands back an already-read header line first, so the `wyoming`
+    package parses the event (data and payload framing) after we have vetted it."""
+
+    def __init__(self, line: bytes, reader: asyncio.StreamReader) -> None:
+        self._line: bytes | None = line
+        self._reader = reader
+
+    async def readline(self) -> bytes:
+        line, self._line = self._line, None
+        return line if line is not None else await self._reader.readline()
+
+    async def readexactly(self, count: int) -> bytes:
+        return await self._reader.readexactly(count)
+
+
+def build_info(voices: list[VoiceSummary], version: str) -> Info:
+    return Info(
+        tts=[
+            TtsProgram(
+                name="magpie-tts",
+                attribution=ATTRIBUTION,
+                installed=True,
+                description="Magpie TTS: on-device streaming neural speech",
+                version=version,
+                supports_synthesize_streaming=True,
+                voices=[
+                    TtsVoice(
+                        name=voice.name,
+                        attribution=PIPER_ATTRIBUTION,
+                        installed=True,
+                        description=f"{voice.name} ({voice.language}"
+                        + (f", {voice.quality})" if voice.quality else ")"),
+                        version=None,
+                        languages=[voice.language],
+                        speakers=[TtsVoiceSpeaker(name=s) for s in voice.speakers] or None,
+                    )
+                    for voice in voices
+                ],
+            )
+        ]
+    )
+
+
+class ClientGone(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class _Request:
+    """One request on a connection, as the event loop sees it."""
+
+    streamed: bool
+    utterance: Utterance | None = None  # None: refused before the core took it
+    client_done: bool = False  # synthesize-stop came (a one-shot is done at once)
+    concluded: bool = False  # its outcome has been written to the client
+    audio_started: bool = False
+
+    @property
+    def over(self) -> bool:
+        return self.concluded and self.client_done
+
+
+class WyomingConnection(AsyncEventHandler):
+    """One client connection; one request in flight at a time."""
+
+    def __init__(
+        self,
+        server: WyomingServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        super().__init__(reader, writer)
+        self.server = server
+        self.core = server.core
+        self.loop = asyncio.get_running_loop()
+        self.number = next(_connections)
+        self._ids = itertools.count(1)
+        self._request: _Request | None = None
+        self._closed = False
+
+    # -- reading: vet each header before the wyoming package parses the event -----------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                event = await self._read_event()
+                if event is None or not await self.handle_event(event):
+                    break
+        except BadFrame as exc:
+            log.warning("wyoming client %d: %s", self.number, exc)
+            self.core.stats.rejected += 1
+            await self._error(str(exc), "malformed-event")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
+    async def _read_event(self) -> WyEvent | None:
+        try:
+            line = await self.reader.readline()
+        except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
+            raise BadFrame(f"event header longer than {HEADER_LIMIT} bytes") from None
+        if not line:
+            return None
+        try:
+            header = json.loads(line)
+        except ValueError:
+            raise BadFrame("event header is not a JSON line") from None
+        limit = self.server.max_event_bytes
+        if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+            raise BadFrame('event header must be a JSON object with a string "type"')
+        if not isinstance(header.get("data", {}), dict):
+            raise BadFrame('event "data" must be a JSON object')
+        for key in ("data_length", "payload_length"):
+            value = header.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit
+            ):
+                raise BadFrame(f"{key} must be an integer between 0 and {limit}")
+        event = await async_read_event(_Replay(line, self.reader))  # type: ignore[arg-type]
+        if event is None:
+            raise BadFrame("event data is not a JSON object in UTF-8")
+        return event
+
+    async def disconnect(self) -> None:
+        self._closed = True
+        request = self._request
+        if request is not None and request.utterance is not None and not request.concluded:
+            self.core.stop(request.utterance.id, reason="client disconnected")
+
+    # -- events in ---------------------------------------------------------------------------
+
+    async def handle_event(self, event: WyEvent) -> bool:
+        try:
+            if Describe.is_type(event.type):
+                await self.write_event(self.server.info().event())
+            elif Synthesize.is_type(event.type):
+                request = self._request
+                if request is None or not request.streamed or request.client_done:
+                    self._one_shot(event)
+                # inside a streaming session it repeats the streamed text: ignored
+            elif SynthesizeStart.is_type(event.type):
+                self._stream_start(event)
+            elif SynthesizeChunk.is_type(event.type):
+                self._stream_feed(_text(event, "synthesize-chunk", allow_empty=True), False)
+            elif SynthesizeStop.is_type(event.type):
+                await self._stream_stop()
+            else:
+                raise WyomingRefusal(f"unknown event type {event.type[:40]!r}", "unknown-event")
+        except WyomingRefusal as exc:
+            self.core.stats.rejected += 1
+            log.warning("wyoming client %d: %s refused: %s", self.number, event.type[:40], exc)
+            await self._error(str(exc), exc.code)
+        return True
+
+    def _ask(self, event: WyEvent, source: str, text: str = "") -> Ask:
+        voice = event.data.get("voice") or {}
+        if not isinstance(voice, dict):
+            raise WyomingRefusal('"voice" must be an object {name, speaker}', "bad-request")
+        name, speaker = voice.get("name"), voice.get("speaker")
+        if name is not None and not isinstance(name, str):
+            raise WyomingRefusal("voice name must be a string", "bad-request")
+        if speaker is not None and (
+            isinstance(speaker, bool) or not isinstance(speaker, (str, int))
+        ):
+            raise WyomingRefusal("voice speaker must be a name or a number", "bad-request")
+        return Ask(
+            id=f"wyoming-{self.number}-{next(self._ids)}",
+            text=text,
+            source=source,
+            voice=name,
+            speaker=speaker,
+        )
+
+    def _begin(self, streamed: bool) -> _Request:
+        if self._request is not None and not self._request.over:
+            raise WyomingRefusal("a request is already in progress on this connection", "busy")
+        self._request = _Request(streamed=streamed, client_done=not streamed)
+        return self._request
+
+    def _one_shot(self, event: WyEvent) -> None:
+        ask = self._ask(event, "wyoming", _text(event, "synthesize"))
+        request = self._begin(streamed=False)
+        request.utterance = self._accepted(
+            request, lambda: self.core.submit(ask, self, _AudioOut(self, request))
+        )
+
+    def _stream_start(self, event: WyEvent) -> None:
+        ask = self._ask(event, "wyoming-stream")
+        request = self._begin(streamed=True)
+        request.utterance = self._accepted(
+            request, lambda: self.core.feed_stream(ask, "", False, self, _AudioOut(self, request))
+        )
+
+    def _in_session(self, name: str) -> _Request:
+        request = self._request
+        if request is None or not request.streamed or request.client_done:
+            raise WyomingRefusal(
+                f"{name} outside a synthesize-start … synthesize-stop session", "no-session"
+            )
+        return request
+
+    def _stream_feed(self, text: str, final: bool) -> None:
+        request = self._in_session("synthesize-chunk")
+        utterance = request.utterance
+        if request.concluded or utterance is None or utterance.outcome is not None:
+            return  # the session already has its outcome (the client was told)
+        try:
+            self.core.feed_stream(utterance.ask, text, final, self)
+        except Refused as exc:
+            if utterance.outcome is None:  # a bad piece: what came before is still spoken
+                raise WyomingRefusal(str(exc), _code(str(exc))) from None
+
+    async def _stream_stop(self) -> None:
+        request = self._in_session("synthesize-stop")
+        request.client_done = True
+        if request.concluded:
+            await self._write_safely(SynthesizeStopped().event())
+            return
+        utterance = request.utterance
+        if utterance is not None and utterance.outcome is None:
+            with contextlib.suppress(Refused):  # concluded meanwhile: _conclude ends it
+                self.core.feed_stream(utterance.ask, "", True, self)
+
+    def _accepted(self, request: _Request, call: Callable[[], Utterance]) -> Utterance | None:
+        try:
+            return call()
+        except Refused as exc:
+            request.concluded = True  # the error below is this request's outcome
+            raise WyomingRefusal(str(exc), _code(str(exc))) from None
+
+    # -- out: audio from a synthesis thread, outcome from the core -----------------------------
+
+    def write_audio(self, request: _Request, pcm: np.ndarray, sample_rate: int) -> bool:
+        if self._closed:
+            return False
+        future = asyncio.run_coroutine_threadsafe(
+            self._send_audio(request, pcm, sample_rate), self.loop
+        )
+        try:
+            future.result(timeout=self.server.stall_s)
+            return True
+        except FutureTimeout:
+            future.cancel()
+            log.warning("wyoming client %d stopped reading; cutting it off", self.number)
+            self.loop.call_soon_threadsafe(self.writer.close)
+            return False
+        except (ConnectionError, RuntimeError, ClientGone):
+            return False
+
+    async def _send_audio(self, request: _Request, pcm: np.ndarray, rate: int) -> None:
+        if self._closed or self.writer.is_closing():
+            raise ClientGone
+        if not request.audio_started:
+            request.audio_started = True
+            await self.write_event(AudioStart(rate=rate, width=WIDTH, channels=CHANNELS).event())
+        data = pcm.astype("<i2").tobytes()
+        await self.write_event(
+            AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS, audio=data).event()
+        )
+
+    def report(self, utterance: Utterance, event: Event) -> None:
+        """The core's events (the Sink; called from a core thread)."""
+        if event.terminal:
+            asyncio.run_coroutine_threadsafe(self._conclude(utterance, event), self.loop)
+
+    async def _conclude(self, utterance: Utterance, event: Event) -> None:
+        request = self._request
+        if request is None or request.utterance is not utterance:
+            return  # an older request's outcome on a connection that moved on
+        request.concluded = True
+        problem = event.fields.get("error")
+        if event.name == "stopped":
+            problem = f"stopped: {event.fields.get('reason', 'stopped')}"
+        if problem:
+            code = {"error": "synthesis-failed", "stopped": "stopped"}.get(event.name, "warning")
+            await self._error(str(problem), code)
+        if request.audio_started:
+            await self._write_safely(AudioStop().event())
+        if request.streamed and request.client_done:
+            await self._write_safely(SynthesizeStopped().event())
+
+    async def _error(self, text: str, code: str) -> None:
+        await self._write_safely(Error(text=text, code=code).event())
+
+    async def _write_safely(self, event: WyEvent) -> None:
+        if self._closed or self.writer.is_closing():
+            return
+        with contextlib.suppress(ConnectionError):
+            await self.write_event(event)
+
+
+class WyomingRefusal(Exception):
+    """A request answered with an `error` event; the connection goes on."""
+
+    def __init__(self, text: str, code: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+def _text(event: WyEvent, name: str, allow_empty: bool = False) -> str:
+    text = event.data.get("text")
+    if not isinstance(text, str):
+        raise WyomingRefusal(f'{name} needs "text" as a string', "bad-request")
+    if not allow_empty and not text.strip():
+        raise WyomingRefusal("text is empty", "empty-text")
+    return text
+
+
+def _code(reason: str) -> str:
+    """A machine-readable code for a reason the core gave."""
+    for words, code in (
+        (("unknown voice", "speaker"), "unknown-voice"),
+        (("too long",), "too-long"),
+        (("too many", "rate limit", "per minute", "queue full"), "busy"),
+        (("empty", "speakable"), "empty-text"),
+        (("markup", "control character"), "bad-text"),
+        (("shutting down",), "shutting-down"),
+    ):
+        if any(word in reason for word in words):
+            return code
+    return "refused"
+
+
+class _AudioOut:
+    """The core's AudioOut for one request: PCM into this connection."""
+
+    def __init__(self, connection: WyomingConnection, request: _Request) -> None:
+        self.connection = connection
+        self.request = request
+
+    def write(self, pcm: Any, sample_rate: int) -> bool:
+        return self.connection.write_audio(self.request, pcm, sample_rate)
+
+
+class WyomingServer:
+    """The Wyoming TCP server, on its own event loop thread."""
+
+    def __init__(self, config: Config, core: Core, info: Callable[[], Info]) -> None:
+        self.config = config
+        self.core = core
+        self.info = info
+        self.stall_s = config.limits.client_stall_s
+        self.max_event_bytes = config.limits.max_payload_bytes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: AsyncTcpServer | None = None
+        self._thread: threading.Thread | None = None
+        self._zeroconf: Any = None
+
+    def start(self) -> None:
+        """Listen now (a port in use fails the start, with the reason)."""
+        section = self.config.wyoming
+        self._loop = asyncio.new_event_loop()
+        self._server = AsyncTcpServer(section.host, section.port)
+        handler = partial(WyomingConnection, self)
+        try:
+            self._loop.run_until_complete(self._server.start(handler))
+        except OSError as exc:
+            self._loop.close()
+            raise OSError(
+                f"Wyoming: cannot listen on {section.host}:{section.port}: {exc}"
+            ) from exc
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="magpie-wyoming", daemon=True
+        )
+        self._thread.start()
+        log.info("Wyoming server on tcp://%s:%d", section.host, section.port)
+        if advertise(section.zeroconf, section.host):
+            self._zeroconf = self._register_zeroconf()
+
+    def stop(self) -> None:
+        if self._loop is None or self._server is None:
+            return
+        if self._zeroconf is not None:
+            with contextlib.suppress(Exception):
+                self._zeroconf.unregister_all_services()
+                self._zeroconf.close()
+        future = asyncio.run_coroutine_threadsafe(self._server.stop(), self._loop)
+        with contextlib.suppress(Exception):
+            future.result(timeout=3)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(3)
+
+    def _register_zeroconf(self) -> Any:
+        from .mdns import register_wyoming
+
+        section = self.config.wyoming
+        try:
+            return register_wyoming(section.host, section.port, section.name)
+        except Exception as exc:  # discovery is a convenience: serve without it
+            log.warning("zeroconf: not advertised (%s); add the server in HA by host/port", exc)
+            return None
+
+
+def advertise(setting: str, host: str) -> bool:
+    if setting != "auto":
+        return setting == "on"
+    return not _is_loopback(host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", "::1"):
+        return True
+    try:
+        return socket.inet_aton(host)[0] == 127
+    except OSError:
+        return False
