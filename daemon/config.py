@@ -41,8 +41,10 @@ class MqttConfig(_Section):
     hermes: bool = True
     site_id: str = "default"
     reconnect_max_s: float = Field(30.0, gt=0)
+    ha_discovery: bool = True  # retained Home Assistant discovery of a "Magpie TTS" device
+    discovery_prefix: str = "homeassistant"
 
-    @field_validator("base_topic")
+    @field_validator("base_topic", "discovery_prefix")
     @classmethod
     def _topic(cls, value: str) -> str:
         value = value.strip("/")

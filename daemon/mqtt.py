@@ -26,7 +26,7 @@ class ConnectError(Exception):
 
 
 class Topics:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, discovery_prefix: str | None = None) -> None:
         self.say = f"{base}/say"
         self.stream = f"{base}/say/stream"
         self.stop = f"{base}/stop"
@@ -36,10 +36,16 @@ class Topics:
         self.hermes_say = "hermes/tts/say"
         self.hermes_finished = "hermes/tts/sayFinished"
         self.hermes_error = "hermes/error/tts"
+        # Home Assistant's birth message: re-publish discovery when it comes online.
+        self.ha_status = f"{discovery_prefix}/status" if discovery_prefix else None
 
     def subscriptions(self, hermes: bool) -> list[str]:
         topics = [self.say, self.stream, self.stop]
-        return [*topics, self.hermes_say] if hermes else topics
+        if hermes:
+            topics.append(self.hermes_say)
+        if self.ha_status:
+            topics.append(self.ha_status)
+        return topics
 
 
 class MqttLink:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .config import Config
 from .core import Core
+from .ha_discovery import config_topic, discovery_config
 from .mqtt import MqttLink, Topics
 from .mqtt_payloads import (
     hermes_context,
@@ -35,16 +36,21 @@ class MqttFrontend:
         core: Core,
         status: Callable[[], dict[str, Any]],
         offline_status: dict[str, Any],
+        version: str = "",
     ) -> None:
         self.config = config
         self.core = core
-        self.topics = Topics(config.mqtt.base_topic)
+        section = config.mqtt
+        self.topics = Topics(
+            section.base_topic, section.discovery_prefix if section.ha_discovery else None
+        )
+        self.version = version
         self._status = status
         self._offline = offline_status
         self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._recent_lock = threading.Lock()
         self.link = MqttLink(
-            config.mqtt, self.topics, self._on_message, self.publish_status, offline_status
+            config.mqtt, self.topics, self._on_message, self._on_connected, offline_status
         )
 
     def start(self) -> None:
@@ -61,6 +67,18 @@ class MqttFrontend:
 
     def publish_status(self) -> None:
         self.link.publish(self.topics.status, self._status(), retain=True)
+
+    def _on_connected(self) -> None:
+        self.publish_discovery()
+        self.publish_status()
+
+    def publish_discovery(self) -> None:
+        section = self.config.mqtt
+        if not section.ha_discovery:
+            return
+        topic = config_topic(section.discovery_prefix, section.base_topic)
+        payload = discovery_config(self.topics, section.base_topic, self.version)
+        self.link.publish(topic, payload, retain=True)
 
     def report(self, utterance: Utterance, event: Event) -> None:
         """The core's events for utterances this frontend asked for (the Sink)."""
@@ -145,6 +163,11 @@ class MqttFrontend:
             log.info("dropping redelivered duplicate on %s", topic)
             return
         hermes = None
+        if topic == self.topics.ha_status:
+            if payload.strip() == b"online":  # HA restarted: it forgot non-retained state
+                self.publish_discovery()
+                self.publish_status()
+            return
         if topic == self.topics.hermes_say:
             hermes = hermes_context(payload)
             if hermes.get("siteId", "default") != self.config.mqtt.site_id:

@@ -42,7 +42,7 @@ class Service:
             ),
             monitor=self,
         )
-        self.mqtt = MqttFrontend(config, self.core, self.status, self._offline())
+        self.mqtt = MqttFrontend(config, self.core, self.status, self._offline(), VERSION)
         self.wyoming = (
             WyomingServer(config, self.core, lambda: build_info(self.registry.catalogue(), VERSION))
             if config.wyoming.enabled
