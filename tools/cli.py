@@ -116,6 +116,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     config = _load(args)
+    if args.wyoming:
+        from .bench_wyoming import run_wyoming_bench
+
+        return run_wyoming_bench(config, repeats=args.repeats, rounds=args.rounds)
     return run_bench(
         config, repeats=args.repeats, peers=args.peers, rounds=args.rounds, voice=args.voice
     )
@@ -156,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=7)
     bench.add_argument("--rounds", type=int, default=2)
     bench.add_argument("--voice", type=Path)
+    bench.add_argument(
+        "--wyoming",
+        action="store_true",
+        help="an LLM token stream through Wyoming streaming, Magpie vs wyoming-piper",
+    )
     bench.add_argument(
         "--peers",
         nargs="*",
