@@ -251,7 +251,7 @@ class ClientAudio:
 
 
 def test_client_bound_utterances_bypass_the_speaker_queue(parts) -> None:
-    build, synth, player, sink = parts
+    build, _synth, player, sink = parts
     core = build()
     core.submit(Ask(id="speaker", text=SENTENCES), sink)  # holds the speaker
     sink.wait("speaker", "started")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -95,6 +96,12 @@ def test_example_config_documents_the_defaults() -> None:
     assert example.model_dump(exclude={"engine": {"state_dir"}}) == defaults.model_dump(
         exclude={"engine": {"state_dir"}}
     )
+    text = (REPO / "systemd" / "config.toml").read_text()
+    for section, fields in defaults.model_dump().items():
+        if isinstance(fields, dict):
+            assert f"[{section}]" in text, section
+            for key in fields:
+                assert re.search(rf"^#? ?{key} ?=", text, re.M), f"{section}.{key} undocumented"
 
 
 def test_install_service_into_an_image_root(tmp_path: Path) -> None:
