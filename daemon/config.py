@@ -54,14 +54,7 @@ class MqttConfig(_Section):
 
     def resolved_password(self) -> str | None:
         if self.password_file is not None:
-            path = self.password_file
-            credentials = os.environ.get("CREDENTIALS_DIRECTORY")
-            if not path.is_absolute() and credentials:
-                path = Path(credentials) / path  # systemd LoadCredential=
-            try:
-                return path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(f"mqtt.password_file: cannot read {path}: {exc}") from exc
+            return _read_secret(self.password_file, "mqtt.password_file")
         return self.password
 
 
@@ -113,6 +106,35 @@ class WyomingConfig(_Section):
     name: str | None = None  # zeroconf instance name; None: magpie-<hostname>
 
 
+class HttpConfig(_Section):
+    """OpenAI speech API, /tts, /v1/say, /health, /metrics (aiohttp)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    # Bearer API key in a file (relative: in $CREDENTIALS_DIRECTORY); None: no key asked
+    api_key_file: Path | None = None
+    rate_per_minute: int = Field(120, ge=1)  # accepted requests per client address
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key_file is None:
+            return None
+        key = _read_secret(self.api_key_file, "http.api_key_file")
+        if not key:
+            raise ConfigError(f"http.api_key_file: {self.api_key_file} is empty")
+        return key
+
+
+def _read_secret(path: Path, key: str) -> str:
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not path.is_absolute() and credentials:
+        path = Path(credentials) / path  # systemd LoadCredential=
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc}") from exc
+
+
 class LimitsConfig(_Section):
     max_text_chars: int = Field(DEFAULT_MAX_TEXT_CHARS, ge=16, le=1_000_000)
     max_queue: int = Field(32, ge=1, le=10_000)
@@ -143,6 +165,7 @@ class Config(_Section):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     selftest: SelftestConfig = Field(default_factory=SelftestConfig)
     wyoming: WyomingConfig = Field(default_factory=WyomingConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 

@@ -84,6 +84,7 @@ class Core:
         limits: CoreLimits,
         monitor: Sink | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self.registry = registry
         self.player = player
@@ -91,6 +92,7 @@ class Core:
         self.limits = limits
         self.monitor = monitor or NullSink()
         self.clock = clock
+        self._on_refused = on_refused
         self.queue = UtteranceQueue(limits.max_queue)
         self.rate = RateLimiter(limits.rate_per_minute, clock)
         self.stats = RollingStats()  # the speaker's utterances
@@ -208,6 +210,12 @@ class Core:
         for utterance in matched:
             self._cancel(utterance, playback if utterance is current else None)
         return len(matched)
+
+    def refused(self, frontend: str, kind: str) -> None:
+        """A frontend turned a request away (counted in status and metrics)."""
+        self.stats.rejected += 1
+        if self._on_refused is not None:
+            self._on_refused(frontend, kind)
 
     def say_local(self, text: str, priority: str = "normal") -> Utterance:
         """Speak text from inside the daemon (audible self-test)."""

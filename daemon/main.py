@@ -11,9 +11,10 @@ from pathlib import Path
 from magpie_tts.engine import EngineError
 
 from .config import Config, ConfigError, load_config
+from .http_frontend import HttpServer
 from .mqtt import ConnectError
 from .selftest import run_selftest
-from .service import Service
+from .service import VERSION, Service
 from .systemd import Notifier
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,28 @@ def run(config: Config, config_path: Path | None = None) -> int:
     for number in STOP_SIGNALS:
         signal.signal(number, lambda signum, _frame: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    http = HttpServer(config, VERSION) if config.http.enabled else None
+    try:
+        if http is not None:
+            http.start()  # first, so /health answers "loading" while the voice loads
+    except (OSError, ConfigError) as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_START_FAILED
+    try:
+        return _serve(config, config_path, notifier, stop, reload, http)
+    finally:
+        if http is not None:
+            http.stop()
+
+
+def _serve(
+    config: Config,
+    config_path: Path | None,
+    notifier: Notifier,
+    stop: threading.Event,
+    reload: threading.Event,
+    http: HttpServer | None,
+) -> int:
     notifier.status("loading voice")
     try:
         service = Service(config)
@@ -92,6 +115,8 @@ def run(config: Config, config_path: Path | None = None) -> int:
         if service.wyoming is not None:
             service.wyoming.stop()
         return EXIT_START_FAILED
+    if http is not None:
+        http.attach(service)
     if config.selftest.audible and config.selftest.enabled:
         service.core.say_local("Magpie is ready.")
     notifier.ready(status_line(service))

@@ -121,7 +121,7 @@ class MqttFrontend:
         hermes: dict[str, Any] | None = None,
     ) -> None:
         """One clear error per rejected input: error topic, journal, Hermes if it came so."""
-        self.core.stats.rejected += 1
+        self.core.refused("mqtt", Refused(reason).code)
         log.warning("rejected message on %s (id=%s): %s", topic, request_id, reason)
         self._publish_error(reason, topic, request_id, hermes)
 

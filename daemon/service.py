@@ -15,6 +15,7 @@ from typing import Any
 
 from .config import Config
 from .core import Core, CoreLimits
+from .metrics import Metrics
 from .mqtt_frontend import MqttFrontend
 from .player import Player
 from .utterance import Event, Utterance
@@ -32,6 +33,7 @@ class Service:
         self.degraded: str | None = None
         self.stale_s = 10.0
         self.player = Player(config.audio, self._audio_error, self._audio_ok)
+        self.metrics = Metrics()
         limits = config.limits
         self.core = Core(
             self.registry,
@@ -41,13 +43,43 @@ class Service:
                 limits.max_queue, limits.rate_per_minute, limits.stream_idle_s, limits.max_streams
             ),
             monitor=self,
+            on_refused=self.metrics.refused,
         )
+        self._gauges()
         self.mqtt = MqttFrontend(config, self.core, self.status, self._offline(), VERSION)
         self.wyoming = (
             WyomingServer(config, self.core, lambda: build_info(self.registry.catalogue(), VERSION))
             if config.wyoming.enabled
             else None
         )
+
+    def _gauges(self) -> None:
+        gauge = self.metrics.gauge
+        gauge(
+            "magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(self.core.queue)
+        )
+        gauge(
+            "magpie_active_streams",
+            "Audio streams to clients now",
+            lambda: self.core.active_streams,
+        )
+        gauge(
+            "magpie_speaking", "1 while the speaker plays", lambda: float(bool(self.core.speaking))
+        )
+        gauge("magpie_xruns", "ALSA underruns since start", lambda: self.player.output.xruns)
+        gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
+
+        def cache_hits() -> float:
+            cache = self.registry.default.phrase_cache
+            return cache.hits if cache is not None else 0
+
+        gauge("magpie_phrase_cache_hits", "Phrase-cache hits since start", cache_hits)
+
+    def _ok(self) -> bool:
+        return self.healthy and not self.problems()
+
+    def refused(self, frontend: str, kind: str) -> None:
+        self.core.refused(frontend, kind)
 
     def _offline(self) -> dict[str, Any]:
         return {"state": "offline", "version": VERSION}
@@ -123,6 +155,7 @@ class Service:
 
     def report(self, utterance: Utterance, event: Event) -> None:
         """Every utterance's events (the core's monitor): status follows the queue."""
+        self.metrics.observe(utterance, event)
         if event.terminal or event.name == "interrupted":
             self.mqtt.publish_status()
 

@@ -134,3 +134,24 @@ class Refused(Exception):
     def __init__(self, reason: str, request_id: str | None = None) -> None:
         super().__init__(reason)
         self.request_id = request_id
+
+    @property
+    def code(self) -> str:
+        """A machine-readable kind for the reason (Wyoming error codes, HTTP statuses,
+        metrics)."""
+        reason = str(self)
+        for words, code in _REFUSAL_CODES:
+            if any(word in reason for word in words):
+                return code
+        return "refused"
+
+
+_REFUSAL_CODES = (
+    (("unknown voice", "speaker"), "unknown-voice"),
+    (("too long",), "too-long"),
+    (("too many", "rate limit", "queue full"), "busy"),
+    (("empty", "speakable"), "empty-text"),
+    (("markup", "control character"), "bad-text"),
+    (("shutting down",), "shutting-down"),
+    (("in use", "already queued"), "duplicate-id"),
+)

@@ -25,7 +25,6 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -46,6 +45,7 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
+from .backpressure import bound_send_buffer, deliver
 from .config import Config
 from .core import Core
 from .utterance import Ask, Event, Refused, Utterance
@@ -143,6 +143,7 @@ class WyomingConnection(AsyncEventHandler):
         self._ids = itertools.count(1)
         self._request: _Request | None = None
         self._closed = False
+        bound_send_buffer(writer.transport)
 
     # -- reading: vet each header before the wyoming package parses the event -----------
 
@@ -154,7 +155,7 @@ class WyomingConnection(AsyncEventHandler):
                     break
         except BadFrame as exc:
             log.warning("wyoming client %d: %s", self.number, exc)
-            self.core.stats.rejected += 1
+            self.core.refused("wyoming", "malformed-event")
             await self._error(str(exc), "malformed-event")
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -215,7 +216,7 @@ class WyomingConnection(AsyncEventHandler):
             else:
                 raise WyomingRefusal(f"unknown event type {event.type[:40]!r}", "unknown-event")
         except WyomingRefusal as exc:
-            self.core.stats.rejected += 1
+            self.core.refused("wyoming", exc.code)
             log.warning("wyoming client %d: %s refused: %s", self.number, event.type[:40], exc)
             await self._error(str(exc), exc.code)
         return True
@@ -276,7 +277,7 @@ class WyomingConnection(AsyncEventHandler):
             self.core.feed_stream(utterance.ask, text, final, self)
         except Refused as exc:
             if utterance.outcome is None:  # a bad piece: what came before is still spoken
-                raise WyomingRefusal(str(exc), _code(str(exc))) from None
+                raise WyomingRefusal(str(exc), exc.code) from None
 
     async def _stream_stop(self) -> None:
         request = self._in_session("synthesize-stop")
@@ -294,26 +295,16 @@ class WyomingConnection(AsyncEventHandler):
             return call()
         except Refused as exc:
             request.concluded = True  # the error below is this request's outcome
-            raise WyomingRefusal(str(exc), _code(str(exc))) from None
+            raise WyomingRefusal(str(exc), exc.code) from None
 
     # -- out: audio from a synthesis thread, outcome from the core -----------------------------
 
     def write_audio(self, request: _Request, pcm: np.ndarray, sample_rate: int) -> bool:
         if self._closed:
             return False
-        future = asyncio.run_coroutine_threadsafe(
-            self._send_audio(request, pcm, sample_rate), self.loop
-        )
-        try:
-            future.result(timeout=self.server.stall_s)
-            return True
-        except FutureTimeout:
-            future.cancel()
-            log.warning("wyoming client %d stopped reading; cutting it off", self.number)
-            self.loop.call_soon_threadsafe(self.writer.close)
-            return False
-        except (ConnectionError, RuntimeError, ClientGone):
-            return False
+        send = self._send_audio(request, pcm, sample_rate)
+        who = f"wyoming client {self.number}"
+        return deliver(self.loop, send, self.server.stall_s, self.writer.transport, who)
 
     async def _send_audio(self, request: _Request, pcm: np.ndarray, rate: int) -> None:
         if self._closed or self.writer.is_closing():
@@ -372,21 +363,6 @@ def _text(event: WyEvent, name: str, allow_empty: bool = False) -> str:
     if not allow_empty and not text.strip():
         raise WyomingRefusal("text is empty", "empty-text")
     return text
-
-
-def _code(reason: str) -> str:
-    """A machine-readable code for a reason the core gave."""
-    for words, code in (
-        (("unknown voice", "speaker"), "unknown-voice"),
-        (("too long",), "too-long"),
-        (("too many", "rate limit", "per minute", "queue full"), "busy"),
-        (("empty", "speakable"), "empty-text"),
-        (("markup", "control character"), "bad-text"),
-        (("shutting down",), "shutting-down"),
-    ):
-        if any(word in reason for word in words):
-            return code
-    return "refused"
 
 
 class _AudioOut:

@@ -265,6 +265,7 @@ def make_daemon(
             "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
             "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
             "MAGPIE_TTS_WYOMING__ENABLED": "false",  # a test that needs it sets a free port
+            "MAGPIE_TTS_HTTP__ENABLED": "false",
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -116,6 +116,7 @@ def start_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[b
             "MAGPIE_TTS_MQTT__PORT": str(mqtt_port),
             "MAGPIE_TTS_MQTT__CLIENT_ID": f"bench-{os.getpid()}",
             "MAGPIE_TTS_MQTT__HA_DISCOVERY": "false",
+            "MAGPIE_TTS_HTTP__ENABLED": "false",
             "MAGPIE_TTS_AUDIO__DEVICE": "null",
             "MAGPIE_TTS_WYOMING__PORT": str(port),
             "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),

@@ -101,6 +101,7 @@ def main(argv: list[str]) -> int:
             "MAGPIE_TTS_MQTT__CLIENT_ID": f"magpie-demo-{os.getpid()}",
             "MAGPIE_TTS_MQTT__BASE_TOPIC": BASE,
             "MAGPIE_TTS_WYOMING__ENABLED": "false",  # the demo speaks over MQTT only
+            "MAGPIE_TTS_HTTP__ENABLED": "false",
         }
     )
     watch = Watch(port)

@@ -61,6 +61,7 @@ class Soak:
                 "MAGPIE_TTS_AUDIO__DEVICE": f"file:FILE={folder / 'soak.raw'},FORMAT=raw",
                 "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
                 "MAGPIE_TTS_WYOMING__ENABLED": "false",
+                "MAGPIE_TTS_HTTP__ENABLED": "false",
                 "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
                 "MAGPIE_TTS_LIMITS__RATE_PER_MINUTE": "100000000",
                 "MAGPIE_TTS_LIMITS__MAX_QUEUE": "1000",
