@@ -20,6 +20,7 @@ from .phonemize import Phonemizer
 from .policy import TextPolicy, TextStream
 from .precision import select_decoder
 from .runtime import RuntimeConfig, choose_provider, confirm_provider, make_session
+from .turns import SPEAKER, Pace, Turns
 from .voice import Voice
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,9 @@ class StreamingSynthesizer:
         )
         if self.phrase_cache is None and not config.cache.disk:
             clear_directory(config.cache_dir / "phrases")  # audio an older version kept
-        self._lock = threading.Lock()  # sessions are shared; one stream decodes at a time
+        # Sessions and decoder buffers are shared: one window at a time, the most urgent
+        # stream's first (turns.py).
+        self.turns = Turns()
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
@@ -166,6 +169,7 @@ class StreamingSynthesizer:
         options: SynthesisOptions,
         stop: StopToken,
         cache_use: CacheUse,
+        pace: Pace,
     ) -> Iterator[AudioChunk]:
         cache = self.phrase_cache if cache_use != "bypass" else None
         key = cache.key(self.voice, self.precision, options, clause) if cache else None
@@ -174,6 +178,7 @@ class StreamingSynthesizer:
             cached = cache.get(key)
             if cached is not None:
                 spent = time.perf_counter() - started
+                pace.made(len(cached) / self.voice.sample_rate)
                 yield AudioChunk(cached, self.voice.sample_rate, index, spent, cached=True)
                 return
             if not cache.wants(key, marked=cache_use in ("keep", "pin")):
@@ -187,11 +192,12 @@ class StreamingSynthesizer:
         first_step = 0 if index == 0 else len(self.config.schedule) - 1
         chunks = self._part_chunks(parts, options, sid, first_step)
         while not stop.stopped:
-            with self._lock:
+            with self.turns.turn(pace):
                 audio = next(chunks, None)
                 if audio is None:
                     break
                 pcm = to_pcm(audio)  # copy out before the buffer is reused
+            pace.made(len(pcm) / self.voice.sample_rate)
             spent = time.perf_counter() - started
             if key is not None:
                 pieces.append(pcm)
@@ -203,7 +209,7 @@ class StreamingSynthesizer:
     def _part_chunks(
         self, parts: list[list[int]], options: SynthesisOptions, sid: int | None, first_step: int
     ) -> Iterator[np.ndarray]:
-        """Decoder chunks of a unit, part by part; the caller holds the lock per next()."""
+        """Decoder chunks of a unit, part by part; the caller holds a turn per next()."""
         for part, ids in enumerate(parts):
             z = self.latent(ids, options)
             last_step = len(self.config.schedule) - 1
@@ -216,19 +222,23 @@ class StreamingSynthesizer:
         stop: StopToken | None = None,
         cache_use: CacheUse = "auto",
         first_index: int = 0,
+        priority: int = SPEAKER,
     ) -> Iterator[AudioChunk]:
         """Audio for units already validated by the text policy, as they are decoded.
 
         cache_use: "auto" (hot phrases only), "keep" (the request marks its units
         cacheable), "pin" (configured hot phrases), "bypass" (measure synthesis).
         first_index > 0 resumes an utterance: no small first chunk for it.
+        priority: SPEAKER (local playback) or CLIENT, for the order of turns when
+        several streams decode at once.
         """
         options = options or SynthesisOptions()
         stop = stop or StopToken()
+        pace = Pace(priority)
         for index, clause in enumerate(clauses, start=first_index):
             if stop.stopped:
                 return
-            yield from self._clause_audio(clause, index, options, stop, cache_use)
+            yield from self._clause_audio(clause, index, options, stop, cache_use, pace)
 
     def stream(
         self,

@@ -46,6 +46,7 @@ class FakeSynth:
         stop: StopToken | None = None,
         cache_use: str = "auto",
         first_index: int = 0,
+        priority: int = 0,
     ) -> Iterator[AudioChunk]:
         for index, unit in enumerate(units, start=first_index):
             if stop is not None and stop.stopped:

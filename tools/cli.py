@@ -116,6 +116,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     config = _load(args)
+    if args.concurrency:
+        from .bench_http import run_http_bench
+
+        levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
+        return run_http_bench(config, levels, rounds=args.rounds)
     if args.wyoming:
         from .bench_wyoming import run_wyoming_bench
 
@@ -164,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--wyoming",
         action="store_true",
         help="an LLM token stream through Wyoming streaming, Magpie vs wyoming-piper",
+    )
+    bench.add_argument(
+        "--concurrency",
+        metavar="N[,N...]",
+        help="N HTTP clients at once (e.g. 1,5,10), Magpie vs piper's HTTP server",
     )
     bench.add_argument(
         "--peers",

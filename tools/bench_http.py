@@ -1,0 +1,218 @@
+"""`magpie-tts bench --concurrency N[,N…]`: N HTTP clients at the same moment, Magpie's
+OpenAI speech API against piper-tts's own HTTP server (same voice), in one run.
+
+Every client POSTs the medium sentence at once and reads at real-time pace (a player
+with a 1 s buffer: it reads no further ahead than that). Reported per system and N:
+mean and p95 first audio (request sent → first audio bytes), underruns (a stream whose
+received audio falls behind its playback clock after the first chunk), and throughput
+(seconds of audio delivered per second of wall time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .bench import TEXTS
+from .bench_wyoming import _wait_port
+from .broker import free_port, private_broker
+
+BYTES_PER_S = 22050 * 2
+CLIENT_BUFFER_S = 1.0
+HEADER = 44
+
+
+@dataclass
+class Fetch:
+    first_s: float
+    audio_s: float
+    underrun: bool
+    wall_s: float
+
+
+async def fetch(session: Any, url: str, body: dict[str, Any], start: asyncio.Event) -> Fetch:
+    await start.wait()
+    sent = time.perf_counter()
+    first = None
+    received = 0
+    underrun = False
+    async with session.post(url, json=body) as response:
+        response.raise_for_status()
+        async for chunk in response.content.iter_any():
+            now = time.perf_counter()
+            if first is None:
+                first = now
+            elif received - HEADER < (now - first) * BYTES_PER_S:
+                underrun = True  # the player ran dry before this chunk came
+            received += len(chunk)
+            ahead = (received - HEADER) / BYTES_PER_S - (time.perf_counter() - first)
+            if ahead > CLIENT_BUFFER_S:  # a real-time player does not read further ahead
+                await asyncio.sleep(ahead - CLIENT_BUFFER_S)
+    assert first is not None
+    return Fetch(
+        first - sent, (received - HEADER) / BYTES_PER_S, underrun, time.perf_counter() - sent
+    )
+
+
+async def load(url: str, body: dict[str, Any], clients: int) -> tuple[list[Fetch], float]:
+    import aiohttp
+
+    start = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks = [asyncio.create_task(fetch(session, url, body, start)) for _ in range(clients)]
+        await asyncio.sleep(0.05)
+        began = time.perf_counter()
+        start.set()
+        results = await asyncio.gather(*tasks)
+    return list(results), time.perf_counter() - began
+
+
+def start_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[bytes]], str]:
+    broker, mqtt_port = private_broker(folder)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
+    env.update(
+        {
+            "MAGPIE_TTS_CONFIG": str(folder / "none.toml"),
+            "MAGPIE_TTS_MQTT__PORT": str(mqtt_port),
+            "MAGPIE_TTS_MQTT__CLIENT_ID": f"bench-http-{os.getpid()}",
+            "MAGPIE_TTS_MQTT__HA_DISCOVERY": "false",
+            "MAGPIE_TTS_AUDIO__DEVICE": "null",
+            "MAGPIE_TTS_WYOMING__ENABLED": "false",
+            "MAGPIE_TTS_HTTP__PORT": str(port),
+            "MAGPIE_TTS_HTTP__RATE_PER_MINUTE": "100000",
+            "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
+            "MAGPIE_TTS_ENGINE__CACHE_MB": "0",  # measure synthesis, not the cache
+            "MAGPIE_TTS_LIMITS__RATE_PER_MINUTE": "100000",
+            "MAGPIE_TTS_LIMITS__MAX_STREAMS": "64",
+            "MAGPIE_TTS_LOG_LEVEL": "WARNING",
+        }
+    )
+    (folder / "none.toml").write_text("")
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("magpie-tts")), "run"], env=env)
+    _wait_port(port, proc, "magpie-tts")
+    _wait_ready(f"http://127.0.0.1:{port}/health", proc)
+    return [proc, broker], f"http://127.0.0.1:{port}/v1/audio/speech"
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """The server listens while the voice loads: wait for /health to say ready."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"magpie-tts did not become ready ({url})")
+
+
+def start_piper_http(voice: Any) -> tuple[list[subprocess.Popen[bytes]], str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "piper.http_server", "-m", str(voice.model_path)]
+    proc = subprocess.Popen(
+        [*cmd, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait_port(port, proc, "piper.http_server")
+    return [proc], f"http://127.0.0.1:{port}/synthesize"
+
+
+def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
+    from magpie_tts.engine import load_voice
+    from magpie_tts.engine.graph import split_voice
+
+    voice = load_voice(config.engine.voice)
+    split_voice(voice, config.engine.state_dir)
+    text = TEXTS["medium"]
+    folder = Path(tempfile.mkdtemp(prefix="magpie-bench-http-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    systems: dict[str, tuple[str, dict[str, Any]]] = {}
+    try:
+        started, url = start_magpie(folder, config.engine.state_dir)
+        procs += started
+        systems["magpie"] = (url, {"input": text, "response_format": "wav"})
+        if importlib.util.find_spec("flask") is None:
+            print("piper's HTTP server needs flask (pip install 'piper-tts[http]'): Magpie alone")
+        else:
+            started, url = start_piper_http(voice)
+            procs += started
+            systems["piper-http"] = (url, {"text": text})
+        for url, body in systems.values():  # warm: first request, first connection
+            asyncio.run(load(url, body, 1))
+        results: dict[tuple[str, int], list[tuple[list[Fetch], float]]] = {}
+        for round_index in range(rounds):  # interleaved, so machine drift hits all alike
+            for clients in levels:
+                for name, (url, body) in systems.items():
+                    print(f"round {round_index + 1}/{rounds}: {name} N={clients}", file=sys.stderr)
+                    results.setdefault((name, clients), []).append(
+                        asyncio.run(load(url, body, clients))
+                    )
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(report(results, levels, list(systems), rounds))
+    return 0
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def report(
+    results: dict[tuple[str, int], list[tuple[list[Fetch], float]]],
+    levels: list[int],
+    systems: list[str],
+    rounds: int,
+) -> str:
+    lines = [
+        f"\nHTTP concurrency, medium sentence ({len(TEXTS['medium'].split())} words), all "
+        f"clients at once, real-time readers; {rounds} round(s) per level",
+        f"{'N':>3} {'system':<11} {'mean first':>10} {'p95 first':>9} {'underruns':>9} "
+        f"{'audio s/s':>9} {'mean/piper':>10}",
+    ]
+    for clients in levels:
+        means: dict[str, float] = {}
+        for name in systems:
+            runs = results.get((name, clients), [])
+            fetches = [f for batch, _ in runs for f in batch]
+            if not fetches:
+                continue
+            firsts = [f.first_s * 1000 for f in fetches]
+            means[name] = statistics.mean(firsts)
+            underruns = sum(f.underrun for f in fetches)
+            throughput = statistics.median(
+                sum(f.audio_s for f in batch) / wall for batch, wall in runs
+            )
+            ratio = "-"
+            if name != "piper-http" and "piper-http" in systems:
+                piper = [f.first_s * 1000 for b, _ in results[("piper-http", clients)] for f in b]
+                ratio = f"{means[name] / statistics.mean(piper):.3f}"
+            lines.append(
+                f"{clients:>3} {name:<11} {means[name]:>10.1f} {_p95(firsts):>9.1f} "
+                f"{underruns:>4}/{len(fetches):<4} {throughput:>9.2f} {ratio:>10}"
+            )
+    return "\n".join(lines)
