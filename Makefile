@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 SYSTEM_STAMP := $(VENV)/.installed-system
 SAY_TEXT ?= Hello! Magpie is ready. It is 22°C outside, and your timer ends at 6:30.
 
-.PHONY: run test lint bench prepare-int8 install-service clean
+.PHONY: run test lint bench prepare-int8 install-cuda install-service clean
 
 $(SYSTEM_STAMP):
 	@tools/ensure-system-packages.sh $(APT_PACKAGES)
@@ -43,6 +43,10 @@ prepare-int8: $(TEST_STAMP)
 
 bench: $(RUNTIME_STAMP)
 	$(BIN)/magpie-tts bench
+
+# GPU: onnxruntime-gpu must own the onnxruntime module (CUDA_MAJOR=12|13, JETSON_INDEX=...).
+install-cuda: $(RUNTIME_STAMP)
+	tools/install-gpu.sh $(BIN)/python
 
 install-service:
 	tools/install-service.sh $(if $(JETSON),--jetson)

@@ -81,6 +81,7 @@ class EngineSection(_Section):
     hot_phrases: tuple[str, ...] = ("Okay.", "One moment.", "Sorry, I didn't catch that.")
     state_dir: Path = Field(default_factory=lambda: default_state_dir())
     gpu_mem_limit_mb: int = Field(1024, ge=64)
+    device_id: int = Field(0, ge=0, le=64)  # CUDA device (GPU index)
     schedule: tuple[int, ...] = DEFAULT_SCHEDULE
     context_frames: int = Field(DEFAULT_CONTEXT, ge=0, le=64)
     max_clause_words: int = Field(DEFAULT_MAX_WORDS, ge=3, le=200)

@@ -87,7 +87,8 @@ def _serve(
 ) -> int:
     notifier.status("loading voice")
     try:
-        service = Service(config)
+        with notifier.starting():  # TensorRT engine builds can take minutes the first time
+            service = Service(config)
     except EngineError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED

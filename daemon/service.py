@@ -128,6 +128,7 @@ class Service:
             "voice": synth.voice.name,
             "model_hash": synth.voice.model_hash,
             "provider": synth.choice.used,
+            "providers": synth.providers,  # what runs each graph
             "provider_requested": synth.choice.requested,
             "precision": synth.precision,
             "queue_depth": len(self.core.queue),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -77,3 +80,26 @@ class Notifier:
 
     def stopping(self) -> None:
         self.send("STOPPING=1")
+
+    @contextlib.contextmanager
+    def starting(self, step_s: float = 20.0) -> Iterator[None]:
+        """While a long start step runs (loading the voice, first TensorRT engine builds,
+        the self-test), keep extending systemd's start timeout so it is not killed."""
+        if self._notify is None:
+            yield
+            return
+        done = threading.Event()
+
+        def extend() -> None:
+            while True:
+                self.send(f"EXTEND_TIMEOUT_USEC={int(step_s * 3 * 1e6)}")
+                if done.wait(step_s):
+                    return
+
+        thread = threading.Thread(target=extend, name="magpie-start-timeout", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(1)

@@ -36,6 +36,7 @@ def engine_config(config: Config) -> EngineConfig:
             provider=section.provider,
             intra_op_threads=section.threads,
             gpu_mem_limit_mb=section.gpu_mem_limit_mb,
+            device_id=section.device_id,
             trt_cache_dir=section.state_dir / "trt",
         ),
         precision=section.int8,

@@ -27,8 +27,21 @@ def read_report(split: SplitGraph) -> dict | None:
         return None
 
 
-def select_decoder(split: SplitGraph, requested: str) -> tuple[Path, str, str]:
-    """(decoder path, precision used, why) for 'auto', 'fp32' or 'int8'."""
+def select_decoder(
+    split: SplitGraph, requested: str, provider: str = "cpu", trt_fp16: bool = True
+) -> tuple[Path, str, str]:
+    """(decoder path, precision that runs, why) for 'auto', 'fp32' or 'int8'.
+
+    Precision is chosen per provider: the prepared INT8 model is static QDQ with
+    asymmetric u8 activations, fast only on the CPU (on the CUDA EP Q/DQ wrap fp32
+    convolutions, slower than fp32; TensorRT takes only symmetric INT8). On CUDA the
+    fp32 decoder runs; on TensorRT the fp32 graph is built as fp16 (`trt_fp16`)."""
+    if provider != "cpu":
+        if requested == "int8":
+            log.warning("INT8 requested, but the INT8 model is CPU-only QDQ; fp32 on %s", provider)
+        if provider == "tensorrt" and trt_fp16:
+            return split.decoder, "fp16", "TensorRT builds the decoder in fp16"
+        return split.decoder, "fp32", f"fp32 on {provider} (the INT8 QDQ model is for the CPU)"
     if requested == "fp32":
         return split.decoder, "fp32", "fp32 requested"
     model, _ = int8_paths(split)

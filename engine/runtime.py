@@ -1,8 +1,21 @@
-"""onnxruntime sessions: provider choice (TensorRT → CUDA → CPU), threads, device arenas."""
+"""onnxruntime sessions: provider choice (TensorRT → CUDA → CPU), threads, device arenas.
+
+GPU facts this follows (onnxruntime ≥ 1.18 docs and source): `get_available_providers()`
+lists TensorRT whenever onnxruntime-gpu is installed, even without libnvinfer, so `auto`
+puts TensorRT in its chain only when the library really loads; a session whose provider
+fails is silently retried by onnxruntime on CUDA+CPU *without the provider options*, so
+GPU sessions disable that fallback and this module retries explicitly, with options, and
+says so. The frontend has data-dependent shapes (NonZero, ScatterND, RandomNormalLike):
+it never goes to TensorRT and uses the heuristic cuDNN search; the decoder sees only the
+warmed bucket lengths, so it gets the exhaustive search and TensorRT profiles over them.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -12,12 +25,14 @@ import onnxruntime as ort
 log = logging.getLogger(__name__)
 
 Provider = Literal["auto", "tensorrt", "cuda", "cpu"]
+Role = Literal["frontend", "decoder"]
 _ORT_NAMES = {
     "tensorrt": "TensorrtExecutionProvider",
     "cuda": "CUDAExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
 _FALLBACK_ORDER = ("tensorrt", "cuda", "cpu")
+_NVINFER = ("libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so")
 
 
 @dataclass(frozen=True)
@@ -36,29 +51,84 @@ class ProviderChoice:
     used: str
     warning: str | None = None
     chain: list[Any] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # provider → why it was left out
 
 
-def choose_provider(config: RuntimeConfig) -> ProviderChoice:
-    """Pick the best available provider at or below the requested one; say so loudly."""
-    available = set(ort.get_available_providers())
+def tensorrt_loads() -> bool:
+    """True when libnvinfer can be loaded (listing the provider proves nothing)."""
+    names = [*_NVINFER, ctypes.util.find_library("nvinfer")]
+    for name in filter(None, names):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def preload_gpu_libraries() -> None:
+    """Load pip-installed CUDA/cuDNN (onnxruntime-gpu[cuda,cudnn]) before any session,
+    or session creation fails on a missing libcublasLt and silently runs on the CPU."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    try:
+        preload()
+    except Exception as exc:  # the system's own CUDA may still be found
+        log.warning("onnxruntime.preload_dlls() failed: %s", exc)
+
+
+def choose_provider(
+    config: RuntimeConfig,
+    available: Sequence[str] | None = None,
+    trt_check: Callable[[], bool] = tensorrt_loads,
+) -> ProviderChoice:
+    """Pick the best usable provider at or below the requested one; say so loudly."""
+    have = set(ort.get_available_providers() if available is None else available)
     wanted = _FALLBACK_ORDER if config.provider == "auto" else (config.provider,)
     order = list(_FALLBACK_ORDER[_FALLBACK_ORDER.index(wanted[0]) :])
-    used = next(name for name in order if _ORT_NAMES[name] in available)
+    skipped: dict[str, str] = {}
+    for name in order[:-1]:
+        if _ORT_NAMES[name] not in have:
+            skipped[name] = "not in this onnxruntime build (install onnxruntime-gpu)"
+        elif name == "tensorrt" and not trt_check():
+            skipped[name] = "libnvinfer (TensorRT) does not load"
+    used = next(name for name in order if name not in skipped)
     warning = None
     if config.provider not in ("auto", used):
+        reason = skipped.get(config.provider, "unavailable")
         warning = (
-            f"requested execution provider {config.provider!r} is not available "
-            f"(have: {', '.join(sorted(available))}); using {used!r}"
+            f"requested execution provider {config.provider!r} is not usable ({reason}; "
+            f"onnxruntime offers: {', '.join(sorted(have))}); using {used!r}"
         )
         log.warning(warning)
+    elif skipped:
+        log.info("providers left out: %s", "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    if used != "cpu":
+        preload_gpu_libraries()
     start = order.index(used)
-    chain = [_provider_entry(name, config) for name in order[start:]]
-    if "cpu" not in order[start:]:
-        chain.append(_provider_entry("cpu", config))
-    return ProviderChoice(requested=config.provider, used=used, warning=warning, chain=chain)
+    chain = [name for name in order[start:] if name not in skipped]
+    if "cpu" not in chain:
+        chain.append("cpu")
+    return ProviderChoice(config.provider, used, warning, chain, skipped)
 
 
-def _provider_entry(name: str, config: RuntimeConfig) -> Any:
+def provider_entries(
+    choice: ProviderChoice,
+    config: RuntimeConfig,
+    role: Role,
+    profile: tuple[str, int, int, int] | None = None,
+) -> list[Any]:
+    """The session's provider list with each provider's options, for this graph's role.
+
+    profile: (input name, min, opt, max frames) of the decoder's latent input."""
+    names = [n for n in choice.chain if not (role == "frontend" and n == "tensorrt")]
+    return [_provider_entry(name, config, role, profile) for name in names]
+
+
+def _provider_entry(
+    name: str, config: RuntimeConfig, role: Role, profile: tuple[str, int, int, int] | None
+) -> Any:
     if name == "cuda":
         return (
             _ORT_NAMES[name],
@@ -66,7 +136,8 @@ def _provider_entry(name: str, config: RuntimeConfig) -> Any:
                 "device_id": config.device_id,
                 "gpu_mem_limit": config.gpu_mem_limit_mb * 1024 * 1024,
                 "arena_extend_strategy": "kSameAsRequested",
-                "cudnn_conv_algo_search": "EXHAUSTIVE",
+                # Exhaustive search benchmarks every new shape: only the bucketed decoder.
+                "cudnn_conv_algo_search": "EXHAUSTIVE" if role == "decoder" else "HEURISTIC",
                 "do_copy_in_default_stream": True,
             },
         )
@@ -78,29 +149,46 @@ def _provider_entry(name: str, config: RuntimeConfig) -> Any:
         }
         if config.trt_cache_dir is not None:
             config.trt_cache_dir.mkdir(parents=True, exist_ok=True)
-            options["trt_engine_cache_enable"] = True
-            options["trt_engine_cache_path"] = str(config.trt_cache_dir)
+            options.update(
+                trt_engine_cache_enable=True,
+                trt_engine_cache_path=str(config.trt_cache_dir),
+                trt_timing_cache_enable=True,
+                trt_timing_cache_path=str(config.trt_cache_dir),
+            )
+        if profile is not None:  # explicit profile: no engine rebuild for a new length
+            tensor, low, opt, high = profile
+            options.update(
+                trt_profile_min_shapes=f"{tensor}:1x192x{low}",
+                trt_profile_opt_shapes=f"{tensor}:1x192x{opt}",
+                trt_profile_max_shapes=f"{tensor}:1x192x{high}",
+            )
         return (_ORT_NAMES[name], options)
     return _ORT_NAMES[name]
 
 
-def confirm_provider(choice: ProviderChoice, session: ort.InferenceSession) -> None:
-    """onnxruntime silently falls back (e.g. CUDA listed but no GPU): record what runs."""
-    names = {v: k for k, v in _ORT_NAMES.items()}
-    actual = names.get(session.get_providers()[0], "cpu")
+def confirm_provider(choice: ProviderChoice, session: ort.InferenceSession) -> str:
+    """onnxruntime may still run elsewhere than asked: record and return what runs."""
+    actual = provider_name(session)
     if actual != choice.used:
         choice.warning = (
             f"execution provider {choice.used!r} failed to initialise; running on {actual!r}"
         )
         log.warning(choice.warning)
         choice.used = actual
+    return actual
+
+
+def provider_name(session: Any) -> str:
+    """Magpie's name (tensorrt, cuda, cpu) of the provider a session runs on first."""
+    names = {v: k for k, v in _ORT_NAMES.items()}
+    return names.get(session.get_providers()[0], "cpu")
 
 
 def device_type(provider: str) -> str:
     return "cpu" if provider == "cpu" else "cuda"
 
 
-def make_session(path: Path, config: RuntimeConfig, choice: ProviderChoice) -> ort.InferenceSession:
+def session_options(config: RuntimeConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if config.intra_op_threads:
@@ -110,4 +198,50 @@ def make_session(path: Path, config: RuntimeConfig, choice: ProviderChoice) -> o
     # steal cores from the busy one on small boards.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), sess_options=options, providers=choice.chain)
+    return options
+
+
+def make_session(
+    path: Path,
+    config: RuntimeConfig,
+    choice: ProviderChoice,
+    role: Role = "decoder",
+    profile: tuple[str, int, int, int] | None = None,
+    create: Callable[..., Any] = ort.InferenceSession,
+) -> ort.InferenceSession:
+    """A session on the chosen provider with its options. When a GPU provider fails,
+    onnxruntime retries on its fallback list *without the options* (gpu_mem_limit, cache
+    paths, profiles): such a session is discarded and the next provider is tried with
+    its options, loudly."""
+    entries = provider_entries(choice, config, role, profile)
+    while True:
+        wanted = _name(entries[0])
+        try:
+            session = create(str(path), sess_options=session_options(config), providers=entries)
+        except Exception as exc:
+            if len(entries) <= 1:
+                raise
+            log.warning(
+                "%s session on %s failed (%s); trying %s", role, wanted, exc, _name(entries[1])
+            )
+            entries = entries[1:]
+            continue
+        runs_on = session.get_providers()[0]
+        if runs_on != wanted and len(entries) > 1:
+            log.warning(
+                "%s session asked for %s but onnxruntime fell back to %s without its "
+                "options; trying %s with options",
+                role,
+                wanted,
+                runs_on,
+                _name(entries[1]),
+            )
+            entries = entries[1:]
+            continue
+        if hasattr(session, "disable_fallback"):
+            session.disable_fallback()  # a later failure surfaces, not a silent CPU run
+        return session
+
+
+def _name(entry: Any) -> str:
+    return entry[0] if isinstance(entry, tuple) else entry

@@ -13,13 +13,19 @@ from typing import Literal
 import numpy as np
 
 from .cache import CacheConfig, PhraseCache, clear_directory
-from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder
+from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
 from .errors import TextError, VoiceError
 from .graph import split_voice
 from .phonemize import Phonemizer
 from .policy import TextPolicy, TextStream
 from .precision import select_decoder
-from .runtime import RuntimeConfig, choose_provider, confirm_provider, make_session
+from .runtime import (
+    RuntimeConfig,
+    choose_provider,
+    confirm_provider,
+    make_session,
+    provider_name,
+)
 from .turns import SPEAKER, Pace, Turns
 from .voice import Voice
 
@@ -99,14 +105,22 @@ class StreamingSynthesizer:
         split = split_voice(voice, config.cache_dir)
         self.choice = choose_provider(config.runtime)
         decoder_path, self.precision, self.precision_reason = select_decoder(
-            split, config.precision
+            split, config.precision, self.choice.used, config.runtime.trt_fp16
         )
+        buckets = bucket_lengths(config.schedule, config.context)
+        profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
         try:
-            self.frontend = make_session(split.frontend, config.runtime, self.choice)
-            decoder_session = make_session(decoder_path, config.runtime, self.choice)
+            self.frontend = make_session(split.frontend, config.runtime, self.choice, "frontend")
+            decoder_session = make_session(
+                decoder_path, config.runtime, self.choice, "decoder", profile
+            )
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise VoiceError(f"cannot load voice {voice.model_path}: {exc}") from exc
-        confirm_provider(self.choice, decoder_session)
+        # What really runs each graph (the frontend never goes to TensorRT).
+        self.providers = {
+            "frontend": provider_name(self.frontend),
+            "decoder": confirm_provider(self.choice, decoder_session),
+        }
         self.decoder = ChunkedDecoder(
             decoder_session, self.choice.used, voice.hop_length, config.schedule, config.context
         )
@@ -123,9 +137,11 @@ class StreamingSynthesizer:
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
-            "voice %s ready: provider=%s precision=%s (%s) load=%.0f ms warm-up=%.0f ms",
+            "voice %s ready: provider=%s (frontend %s) precision=%s (%s) load=%.0f ms "
+            "warm-up=%.0f ms",
             voice.name,
             self.choice.used,
+            self.providers["frontend"],
             self.precision,
             self.precision_reason,
             self.load_ms,

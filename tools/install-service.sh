@@ -17,6 +17,9 @@ prefix="$root/opt/magpie-tts"
 if [ -z "$root" ]; then
     python3 -m venv "$prefix"
     "$prefix/bin/pip" install -q --disable-pip-version-check .
+    if [ "$jetson" = 1 ]; then
+        tools/install-gpu.sh "$prefix/bin/python"  # onnxruntime-gpu owns the module
+    fi
 fi
 install -D -m 0644 systemd/magpie-tts.service "$root/etc/systemd/system/magpie-tts.service"
 if [ ! -e "$root/etc/magpie-tts/config.toml" ]; then

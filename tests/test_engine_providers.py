@@ -1,0 +1,146 @@
+"""Provider choice, per-role session options, explicit GPU fallback and precision per
+provider, by injection (no GPU here): what onnxruntime offers, whether libnvinfer loads,
+and a session factory that fails as onnxruntime-gpu does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+from magpie_tts.engine.graph import SplitGraph
+from magpie_tts.engine.precision import int8_paths, select_decoder
+from magpie_tts.engine.runtime import (
+    RuntimeConfig,
+    choose_provider,
+    make_session,
+    provider_entries,
+)
+
+GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+PROFILE = ("/Mul_7_output_0", 32, 528, 528)
+
+
+def test_auto_leaves_tensorrt_out_when_libnvinfer_does_not_load(caplog) -> None:
+    choice = choose_provider(RuntimeConfig(), GPU_BUILD, trt_check=lambda: False)
+    assert choice.used == "cuda" and choice.chain == ["cuda", "cpu"]
+    assert "libnvinfer" in choice.skipped["tensorrt"] and choice.warning is None
+
+
+def test_requested_provider_missing_falls_back_loudly(caplog) -> None:
+    choice = choose_provider(RuntimeConfig(provider="cuda"), ["CPUExecutionProvider"])
+    assert choice.used == "cpu" and choice.chain == ["cpu"]
+    assert "not usable" in choice.warning and "onnxruntime-gpu" in choice.warning
+    assert choice.warning in caplog.text
+
+
+def test_gpu_choice_preloads_pip_cuda_libraries(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(ort, "preload_dlls", lambda: calls.append(1), raising=False)
+    choose_provider(RuntimeConfig(), GPU_BUILD, trt_check=lambda: True)
+    choose_provider(RuntimeConfig(provider="cpu"), GPU_BUILD)
+    assert calls == [1]
+
+
+def test_frontend_never_on_tensorrt_and_options_per_role(tmp_path: Path) -> None:
+    config = RuntimeConfig(trt_cache_dir=tmp_path / "trt", device_id=1, gpu_mem_limit_mb=512)
+    choice = choose_provider(config, GPU_BUILD, trt_check=lambda: True)
+    assert choice.used == "tensorrt"
+    frontend = provider_entries(choice, config, "frontend")
+    assert [e[0] if isinstance(e, tuple) else e for e in frontend] == GPU_BUILD[1:]
+    assert frontend[0][1]["cudnn_conv_algo_search"] == "HEURISTIC"
+    decoder = provider_entries(choice, config, "decoder", PROFILE)
+    trt, cuda = decoder[0][1], decoder[1][1]
+    assert trt["trt_profile_min_shapes"] == "/Mul_7_output_0:1x192x32"
+    assert trt["trt_profile_max_shapes"] == "/Mul_7_output_0:1x192x528"
+    assert trt["trt_engine_cache_enable"] and trt["trt_timing_cache_enable"]
+    assert trt["trt_engine_cache_path"] == str(tmp_path / "trt") and trt["device_id"] == 1
+    assert cuda["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    assert cuda["gpu_mem_limit"] == 512 * 1024 * 1024 and decoder[-1] == "CPUExecutionProvider"
+
+
+class FakeSession:
+    def __init__(self, runs_on: str) -> None:
+        self.runs_on = runs_on
+        self.fallback = True
+
+    def get_providers(self) -> list[str]:
+        return [self.runs_on]
+
+    def disable_fallback(self) -> None:
+        self.fallback = False
+
+
+def test_failed_gpu_session_is_retried_on_the_next_provider_with_its_options(caplog) -> None:
+    config = RuntimeConfig()
+    choice = choose_provider(config, GPU_BUILD, trt_check=lambda: True)
+    asked: list[list] = []
+
+    def create(path, sess_options, providers):
+        asked.append(providers)
+        first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+        if first == "TensorrtExecutionProvider":
+            raise RuntimeError("TensorRT EP could not build the engine")
+        # onnxruntime's own silent retry: asked for CUDA, runs on CPU, options gone
+        return FakeSession("CPUExecutionProvider" if len(asked) == 2 else first)
+
+    session = make_session(Path("x.onnx"), config, choice, "decoder", PROFILE, create=create)
+    assert len(asked) == 3
+    assert asked[1][0][0] == "CUDAExecutionProvider" and "gpu_mem_limit" in asked[1][0][1]
+    assert asked[2] == ["CPUExecutionProvider"]
+    assert session.runs_on == "CPUExecutionProvider" and not session.fallback
+    assert "fell back" in caplog.text and "could not build" in caplog.text
+
+
+@pytest.fixture
+def prepared_split(tmp_path: Path) -> SplitGraph:
+    split = SplitGraph(tmp_path / "frontend.onnx", tmp_path / "decoder.onnx", "/Mul_7_output_0", ())
+    model, report = int8_paths(split)
+    model.write_bytes(b"int8")
+    report.write_text(json.dumps({"passed": True, "reason": "measured"}))
+    return split
+
+
+@pytest.mark.parametrize(
+    "provider,requested,precision",
+    [
+        ("cpu", "auto", "int8"),
+        ("cpu", "fp32", "fp32"),
+        ("cuda", "auto", "fp32"),  # asymmetric u8 QDQ is slower than fp32 on the CUDA EP
+        ("cuda", "int8", "fp32"),
+        ("tensorrt", "auto", "fp16"),
+    ],
+)
+def test_precision_is_chosen_per_provider(prepared_split, provider, requested, precision) -> None:
+    path, used, reason = select_decoder(prepared_split, requested, provider)
+    assert used == precision and reason
+    assert path.name == ("decoder.int8.onnx" if used == "int8" else "decoder.onnx")
+
+
+def _install_plan(**env: str) -> subprocess.CompletedProcess[str]:
+    script = Path(__file__).resolve().parent.parent / "tools" / "install-gpu.sh"
+    return subprocess.run(
+        [str(script), "/venv/bin/python", "--dry-run"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("major,spec", [("12", "==1.26.0"), ("13", ">=1.27,<2")])
+def test_gpu_install_pins_the_cuda_major_and_ends_owning_the_module(major, spec) -> None:
+    plan = _install_plan(ARCH="x86_64", CUDA_MAJOR=major).stdout.splitlines()
+    assert f"onnxruntime-gpu[cuda,cudnn]{spec}" in plan[0]
+    assert "--force-reinstall --no-deps" in plan[1] and plan[1].endswith(spec)
+    assert "CUDAExecutionProvider" in plan[2]  # checked, not assumed
+
+
+def test_gpu_install_on_jetson_needs_the_jetpack_index() -> None:
+    refused = _install_plan(ARCH="aarch64", JETSON_INDEX="")
+    assert refused.returncode == 2 and "JetPack" in refused.stderr
+    plan = _install_plan(ARCH="aarch64", JETSON_INDEX="file:///srv/jetson-index").stdout
+    assert "--index-url file:///srv/jetson-index onnxruntime-gpu" in plan
