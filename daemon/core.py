@@ -299,12 +299,7 @@ class Core:
             with self._lock:
                 self.current = utterance  # from here on a stop finds it playing
             try:
-                self._speak(utterance)
-            except EngineError as exc:
-                self._conclude(utterance, "error", error=str(exc))
-            except Exception as exc:  # one broken utterance must not end the service
-                log.exception("synthesis of %s failed", utterance.id)
-                self._conclude(utterance, "error", error=f"internal error: {exc}")
+                self._guarded(self._speak, utterance)
             finally:
                 with self._lock:
                     self.current = None
@@ -444,11 +439,15 @@ class Core:
     # -- client-bound utterances (one thread each) ---------------------------------------
 
     def _serve_client(self, utterance: Utterance) -> None:
+        self._guarded(self._stream_to_client, utterance)
+
+    def _guarded(self, speak: Callable[[Utterance], None], utterance: Utterance) -> None:
+        """Run one utterance; a failure concludes it with an error, never the thread."""
         try:
-            self._stream_to_client(utterance)
+            speak(utterance)
         except EngineError as exc:
             self._conclude(utterance, "error", error=str(exc))
-        except Exception as exc:  # one broken stream must not end the service
+        except Exception as exc:  # one broken utterance must not end the service
             log.exception("synthesis of %s failed", utterance.id)
             self._conclude(utterance, "error", error=f"internal error: {exc}")
 

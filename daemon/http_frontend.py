@@ -106,7 +106,23 @@ class ClientRates:
 # -- one response: audio from a synthesis thread, outcome from the core ---------------------
 
 
-class AudioResponse:
+class OutcomeSink:
+    """A Sink that resolves `outcome` with the terminal event, on the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.outcome: asyncio.Future[Event] = loop.create_future()
+
+    def report(self, utterance: Utterance, event: Event) -> None:  # from a core thread
+        if event.terminal:
+            self.loop.call_soon_threadsafe(self._settle, event)
+
+    def _settle(self, event: Event) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result(event)
+
+
+class AudioResponse(OutcomeSink):
     """The AudioOut and Sink of one HTTP request."""
 
     def __init__(
@@ -120,11 +136,10 @@ class AudioResponse:
         self.fmt = fmt
         self.stream_format = stream_format
         self.stall_s = stall_s
-        self.loop = asyncio.get_running_loop()
+        super().__init__(asyncio.get_running_loop())
         self.response: web.StreamResponse | None = None
         self.rate: int | None = None
         self.whole: list[bytes] = []
-        self.outcome: asyncio.Future[Event] = self.loop.create_future()
         self.samples = 0
 
     # AudioOut: called from a synthesis thread; blocks while the client catches up.
@@ -167,15 +182,6 @@ class AudioResponse:
         bound_send_buffer(self.request.transport)
         await response.prepare(self.request)
         return response
-
-    # Sink: the core's events (from a core thread).
-    def report(self, utterance: Utterance, event: Event) -> None:
-        if event.terminal:
-            self.loop.call_soon_threadsafe(self._settle, event)
-
-    def _settle(self, event: Event) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(event)
 
     async def finish(self, event: Event) -> web.StreamResponse:
         """The response once the utterance has its outcome."""
@@ -458,7 +464,7 @@ class HttpServer:
             priority=priority,
             cacheable=data.get("cache") is True,
         )
-        waiter = _Waiter(asyncio.get_running_loop())
+        waiter = OutcomeSink(asyncio.get_running_loop())
         try:
             service.core.submit(ask, waiter)
         except Refused as exc:
@@ -534,22 +540,6 @@ class HttpServer:
         if service is None:
             raise ApiError(503, "loading: the voice is not ready yet", "loading")
         return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-
-class _Waiter:
-    """A Sink that resolves with the terminal event (for `/v1/say` with wait)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.outcome: asyncio.Future[Event] = loop.create_future()
-
-    def report(self, utterance: Utterance, event: Event) -> None:
-        if event.terminal:
-            self.loop.call_soon_threadsafe(self._settle, event)
-
-    def _settle(self, event: Event) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(event)
 
 
 # -- field checks: a clear 400 for each wrong value ------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import statistics
 import subprocess
 import sys
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .bench import TEXTS
-from .bench_wyoming import _wait_port
-from .broker import free_port, private_broker
+from .bench_daemon import start_magpie, wait_port
+from .broker import free_port
 
 BYTES_PER_S = 22050 * 2
 CLIENT_BUFFER_S = 1.0
@@ -78,32 +77,14 @@ async def load(url: str, body: dict[str, Any], clients: int) -> tuple[list[Fetch
     return list(results), time.perf_counter() - began
 
 
-def start_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[bytes]], str]:
-    broker, mqtt_port = private_broker(folder)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
-    env.update(
-        {
-            "MAGPIE_TTS_CONFIG": str(folder / "none.toml"),
-            "MAGPIE_TTS_MQTT__PORT": str(mqtt_port),
-            "MAGPIE_TTS_MQTT__CLIENT_ID": f"bench-http-{os.getpid()}",
-            "MAGPIE_TTS_MQTT__HA_DISCOVERY": "false",
-            "MAGPIE_TTS_AUDIO__DEVICE": "null",
-            "MAGPIE_TTS_WYOMING__ENABLED": "false",
-            "MAGPIE_TTS_HTTP__PORT": str(port),
-            "MAGPIE_TTS_HTTP__RATE_PER_MINUTE": "100000",
-            "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
-            "MAGPIE_TTS_ENGINE__CACHE_MB": "0",  # measure synthesis, not the cache
-            "MAGPIE_TTS_LIMITS__RATE_PER_MINUTE": "100000",
-            "MAGPIE_TTS_LIMITS__MAX_STREAMS": "64",
-            "MAGPIE_TTS_LOG_LEVEL": "WARNING",
-        }
-    )
-    (folder / "none.toml").write_text("")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("magpie-tts")), "run"], env=env)
-    _wait_port(port, proc, "magpie-tts")
-    _wait_ready(f"http://127.0.0.1:{port}/health", proc)
-    return [proc, broker], f"http://127.0.0.1:{port}/v1/audio/speech"
+def start_http_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[bytes]], str]:
+    settings = {
+        "MAGPIE_TTS_HTTP__RATE_PER_MINUTE": "100000",
+        "MAGPIE_TTS_LIMITS__MAX_STREAMS": "64",
+    }
+    procs, port = start_magpie(folder, state_dir, "http", settings)
+    _wait_ready(f"http://127.0.0.1:{port}/health", procs[0])
+    return procs, f"http://127.0.0.1:{port}/v1/audio/speech"
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
@@ -131,7 +112,7 @@ def start_piper_http(voice: Any) -> tuple[list[subprocess.Popen[bytes]], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    _wait_port(port, proc, "piper.http_server")
+    wait_port(port, proc, "piper.http_server")
     return [proc], f"http://127.0.0.1:{port}/synthesize"
 
 
@@ -146,7 +127,7 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     systems: dict[str, tuple[str, dict[str, Any]]] = {}
     try:
-        started, url = start_magpie(folder, config.engine.state_dir)
+        started, url = start_http_magpie(folder, config.engine.state_dir)
         procs += started
         systems["magpie"] = (url, {"input": text, "response_format": "wav"})
         if importlib.util.find_spec("flask") is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import random
 import statistics
 import subprocess
@@ -22,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .broker import free_port, listening, private_broker
+from .bench_daemon import start_magpie, wait_port
+from .broker import free_port
 
 REPLY = (
     "Sure, I turned off the lights in the kitchen and the living room. "
@@ -98,40 +98,6 @@ async def stream_once(port: int, seed: int) -> Run:
         return Run(first, last, starts, audio_s)
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not listening(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not start listening on {port}")
-        time.sleep(0.1)
-
-
-def start_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[bytes]], int]:
-    broker, mqtt_port = private_broker(folder)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
-    env.update(
-        {
-            "MAGPIE_TTS_CONFIG": str(folder / "none.toml"),
-            "MAGPIE_TTS_MQTT__PORT": str(mqtt_port),
-            "MAGPIE_TTS_MQTT__CLIENT_ID": f"bench-{os.getpid()}",
-            "MAGPIE_TTS_MQTT__HA_DISCOVERY": "false",
-            "MAGPIE_TTS_HTTP__ENABLED": "false",
-            "MAGPIE_TTS_AUDIO__DEVICE": "null",
-            "MAGPIE_TTS_WYOMING__PORT": str(port),
-            "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
-            "MAGPIE_TTS_ENGINE__CACHE_MB": "0",  # measure synthesis, not the cache
-            "MAGPIE_TTS_LIMITS__RATE_PER_MINUTE": "100000",
-            "MAGPIE_TTS_LOG_LEVEL": "WARNING",
-        }
-    )
-    (folder / "none.toml").write_text("")
-    magpie = str(Path(sys.executable).with_name("magpie-tts"))
-    proc = subprocess.Popen([magpie, "run"], env=env)
-    _wait_port(port, proc, "magpie-tts")
-    return [proc, broker], port
-
-
 def start_wyoming_piper(folder: Path, voice: Any) -> tuple[list[subprocess.Popen[bytes]], int]:
     data = folder / "piper-voices"
     data.mkdir()
@@ -150,7 +116,7 @@ def start_wyoming_piper(folder: Path, voice: Any) -> tuple[list[subprocess.Popen
         str(data),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    _wait_port(port, proc, "wyoming-piper")
+    wait_port(port, proc, "wyoming-piper")
     return [proc], port
 
 
@@ -168,7 +134,7 @@ def run_wyoming_bench(config: Any, repeats: int, rounds: int) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     ports: dict[str, int] = {}
     try:
-        started, ports["magpie"] = start_magpie(folder, config.engine.state_dir)
+        started, ports["magpie"] = start_magpie(folder, config.engine.state_dir, "wyoming")
         procs += started
         if importlib.util.find_spec("wyoming_piper") is None:
             print("wyoming-piper not installed (pip install wyoming-piper): Magpie alone")
