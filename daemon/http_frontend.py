@@ -13,71 +13,38 @@ the daemon is ready; every other route answers 503 until then as well.
 from __future__ import annotations
 
 import asyncio
-import base64
 import codecs
 import collections
 import contextlib
 import hmac
 import json
 import logging
-import math
-import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from aiohttp import web
 
-from .backpressure import bound_send_buffer, deliver
+from . import http_fields as fields
 from .config import Config
+from .http_audio import AudioResponse, OutcomeSink
+from .http_fields import OPENAI_VOICES, ApiError, error_response
 from .metrics import CONTENT_TYPE
-from .utterance import PRIORITIES, Ask, Event, Refused, Utterance
+from .utterance import PRIORITIES, Ask, Refused
 
 if TYPE_CHECKING:
     from .service import Service
 
 log = logging.getLogger(__name__)
 
-OPENAI_VOICES = frozenset(
-    "alloy ash ballad coral echo fable onyx nova sage shimmer verse marin cedar".split()
-)
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 FORMATS = ("wav", "pcm")
-UNKNOWN_SIZE = 0xFFFFFFFF
 STATUS_OF = {  # Refused.code → HTTP status
     "too-long": 413,
     "busy": 429,
     "shutting-down": 503,
 }
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str = "invalid_request") -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
-def error_response(status: int, message: str, code: str) -> web.Response:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "code": code}}
-    return web.json_response(body, status=status)
-
-
-def wav_header(rate: int, data_bytes: int | None = None) -> bytes:
-    """A 44-byte PCM WAV header; data_bytes None: unknown length (a stream)."""
-    size = UNKNOWN_SIZE if data_bytes is None else data_bytes
-    riff = UNKNOWN_SIZE if data_bytes is None else 36 + data_bytes
-    return (
-        b"RIFF"
-        + struct.pack("<I", riff)
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
-        + b"data"
-        + struct.pack("<I", size)
-    )
 
 
 class ClientRates:
@@ -101,121 +68,6 @@ class ClientRates:
                 for key in [k for k, v in self._seen.items() if not v]:
                     del self._seen[key]
             return True
-
-
-# -- one response: audio from a synthesis thread, outcome from the core ---------------------
-
-
-class OutcomeSink:
-    """A Sink that resolves `outcome` with the terminal event, on the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.outcome: asyncio.Future[Event] = loop.create_future()
-
-    def report(self, utterance: Utterance, event: Event) -> None:  # from a core thread
-        if event.terminal:
-            self.loop.call_soon_threadsafe(self._settle, event)
-
-    def _settle(self, event: Event) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(event)
-
-
-class AudioResponse(OutcomeSink):
-    """The AudioOut and Sink of one HTTP request."""
-
-    def __init__(
-        self,
-        request: web.Request,
-        fmt: str,
-        stream_format: str | None,  # None: one whole file; "audio": bytes; "sse": events
-        stall_s: float,
-    ) -> None:
-        self.request = request
-        self.fmt = fmt
-        self.stream_format = stream_format
-        self.stall_s = stall_s
-        super().__init__(asyncio.get_running_loop())
-        self.response: web.StreamResponse | None = None
-        self.rate: int | None = None
-        self.whole: list[bytes] = []
-        self.samples = 0
-
-    # AudioOut: called from a synthesis thread; blocks while the client catches up.
-    def write(self, pcm: np.ndarray, sample_rate: int) -> bool:
-        send = self._send(pcm, sample_rate)
-        return deliver(self.loop, send, self.stall_s, self.request.transport, "HTTP client")
-
-    async def _send(self, pcm: np.ndarray, rate: int) -> None:
-        data = pcm.astype("<i2").tobytes()
-        self.samples += len(pcm)
-        if self.stream_format is None:
-            self.rate = rate
-            self.whole.append(data)
-            return
-        if self.response is None:
-            self.rate = rate
-            self.response = await self._start(rate)
-            if self.fmt == "wav":
-                data = wav_header(rate) + data
-        if self.stream_format == "sse":
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-            data = f"data: {json.dumps(event)}\n\n".encode()
-        await self.response.write(data)
-
-    async def _start(self, rate: int) -> web.StreamResponse:
-        if self.stream_format == "sse":
-            content_type = "text/event-stream"
-        else:
-            content_type = "audio/wav" if self.fmt == "wav" else "audio/pcm"
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": content_type,
-                "X-Sample-Rate": str(rate),
-                "X-Audio-Format": "s16le; channels=1",
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",  # proxies: pass audio on as it comes
-            }
-        )
-        response.enable_chunked_encoding()
-        bound_send_buffer(self.request.transport)
-        await response.prepare(self.request)
-        return response
-
-    async def finish(self, event: Event) -> web.StreamResponse:
-        """The response once the utterance has its outcome."""
-        problem = event.fields.get("error")
-        if event.name == "stopped":
-            problem = f"stopped: {event.fields.get('reason', 'stopped')}"
-        if self.response is None and self.stream_format is not None:
-            if problem:  # nothing sent yet: a proper error status
-                status = 503 if "shutdown" in problem else 500
-                if "speakable" in problem:
-                    status = 400
-                return error_response(status, problem, "synthesis_failed")
-            raise ApiError(500, "no audio was made")
-        if self.stream_format is None:
-            if problem:
-                status = 400 if "speakable" in problem else 500
-                return error_response(status, problem, "synthesis_failed")
-            data = b"".join(self.whole)
-            body = (wav_header(self.rate or 22050, len(data)) + data) if self.fmt == "wav" else data
-            content_type = "audio/wav" if self.fmt == "wav" else "audio/pcm"
-            return web.Response(
-                body=body,
-                content_type=content_type,
-                headers={"X-Sample-Rate": str(self.rate), "Cache-Control": "no-store"},
-            )
-        assert self.response is not None
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            if self.stream_format == "sse":
-                done: dict[str, Any] = {"type": "speech.audio.done"}
-                if problem:
-                    done["error"] = problem
-                await self.response.write(f"data: {json.dumps(done)}\n\n".encode())
-            await self.response.write_eof()
-        return self.response
 
 
 # -- the server ---------------------------------------------------------------------------
@@ -338,7 +190,7 @@ class HttpServer:
         except web.HTTPRequestEntityTooLarge:
             raise
         try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            data = json.loads(raw.decode("utf-8"), parse_constant=fields.no_constant)
         except UnicodeDecodeError:
             raise ApiError(400, "request body is not valid UTF-8", "bad_json") from None
         except (ValueError, RecursionError) as exc:
@@ -352,14 +204,16 @@ class HttpServer:
     async def openai_speech(self, request: web.Request) -> web.StreamResponse:
         service = self._ready(request)
         data = await self._json(request)
-        text = _string(data, "input", required=True)
-        voice = _voice(service, _string(data, "voice"))
-        model = _string(data, "model")
+        text = fields.string(data, "input", required=True)
+        voice = fields.voice(fields.string(data, "voice"))
+        model = fields.string(data, "model")
         if model is not None and model not in OPENAI_MODELS and model != "magpie":
             log.debug("model %r: served by the configured voice", model)
-        fmt = _choice(data, "response_format", FORMATS, "wav")
-        stream_format = _choice(data, "stream_format", ("audio", "sse"), "audio")
-        ask = Ask(id=self._id("http"), text=text, source="http", voice=voice, speed=_speed(data))
+        fmt = fields.choice(data, "response_format", FORMATS, "wav")
+        stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
+        ask = Ask(
+            id=self._id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
+        )
         return await self._speak(request, service, ask, fmt, stream_format)
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
@@ -373,12 +227,12 @@ class HttpServer:
         if request.content_type == "text/plain":  # the body is the text, as it arrives
             options: dict[str, Any] = dict(request.query)
             if "speed" in options:
-                options["speed"] = _number_text(options["speed"], "speed")
+                options["speed"] = fields.number_text(options["speed"], "speed")
             streamed = True
         else:
             options, streamed = await self._json(request), False
-        fmt = _choice(options, "response_format", FORMATS, "wav")
-        stream = always_stream or _flag(options, "stream")
+        fmt = fields.choice(options, "response_format", FORMATS, "wav")
+        stream = always_stream or fields.flag(options, "stream")
         speaker = options.get("speaker_id", options.get("speaker"))
         if speaker is not None and (
             isinstance(speaker, bool) or not isinstance(speaker, (int, str))
@@ -386,10 +240,10 @@ class HttpServer:
             raise ApiError(400, "speaker_id must be a number or a name", "bad_request")
         ask = Ask(
             id=self._id("http"),
-            text="" if streamed else _string(options, "text", required=True),
+            text="" if streamed else fields.string(options, "text", required=True),
             source="http-stream" if streamed else "http",
-            voice=_voice(service, _string(options, "voice")),
-            speed=_speed(options),
+            voice=fields.voice(fields.string(options, "voice")),
+            speed=fields.speed(options),
             speaker=speaker,
         )
         return await self._speak(
@@ -447,19 +301,19 @@ class HttpServer:
     async def say(self, request: web.Request) -> web.StreamResponse:
         service = self._ready(request)
         data = await self._json(request)
-        priority = _choice(data, "priority", tuple(PRIORITIES), "normal")
+        priority = fields.choice(data, "priority", tuple(PRIORITIES), "normal")
         request_id = data.get("id")
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise ApiError(400, "id must be a non-empty string", "bad_request")
         volume = data.get("volume", 1.0)
-        if not _finite(volume) or not 0.0 <= volume <= 2.0:
+        if not fields.finite(volume) or not 0.0 <= volume <= 2.0:
             raise ApiError(400, "volume must be a number in 0..2", "bad_request")
         ask = Ask(
             id=request_id[:128] if request_id else self._id("http-say"),
-            text=_string(data, "text", required=True),
+            text=fields.string(data, "text", required=True),
             source="http-say",
-            voice=_voice(service, _string(data, "voice")),
-            speed=_speed(data),
+            voice=fields.voice(fields.string(data, "voice")),
+            speed=fields.speed(data),
             volume=float(volume),
             priority=priority,
             cacheable=data.get("cache") is True,
@@ -469,7 +323,7 @@ class HttpServer:
             service.core.submit(ask, waiter)
         except Refused as exc:
             raise ApiError(STATUS_OF.get(exc.code, 400), str(exc), exc.code) from None
-        if not _flag(data, "wait"):
+        if not fields.flag(data, "wait"):
             return web.json_response({"id": ask.id, "event": "queued"}, status=202)
         event = await waiter.outcome
         status = 200 if event.name == "finished" else (500 if event.name == "error" else 409)
@@ -540,66 +394,3 @@ class HttpServer:
         if service is None:
             raise ApiError(503, "loading: the voice is not ready yet", "loading")
         return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-
-# -- field checks: a clear 400 for each wrong value ------------------------------------------
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _string(data: dict[str, Any], key: str, required: bool = False) -> str | None:
-    value = data.get(key)
-    if value is None:
-        if required:
-            raise ApiError(400, f'"{key}" is required', "bad_request")
-        return None
-    if not isinstance(value, str):
-        raise ApiError(400, f'"{key}" must be a string', "bad_request")
-    return value
-
-
-def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = data.get(key, default)
-    if value not in allowed:
-        raise ApiError(
-            400,
-            f'"{key}" must be one of {", ".join(allowed)} (got {str(value)[:40]!r})',
-            "unsupported_format" if "format" in key else "bad_request",
-        )
-    return str(value)
-
-
-def _speed(data: dict[str, Any]) -> float:
-    value = data.get("speed", 1.0)
-    if not _finite(value) or not 0.25 <= value <= 4.0:
-        raise ApiError(400, '"speed" must be a number in 0.25..4', "bad_request")
-    return float(value)
-
-
-def _number_text(text: str, key: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ApiError(400, f'"{key}" must be a number', "bad_request") from None
-
-
-def _flag(data: dict[str, Any], key: str) -> bool:
-    value = data.get(key, False)
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
-        return value.lower() in ("1", "true", "yes")  # a query string's spelling
-    if not isinstance(value, bool):
-        raise ApiError(400, f'"{key}" must be true or false', "bad_request")
-    return value
-
-
-def _voice(service: Service, name: str | None) -> str | None:
-    """OpenAI's voice names mean the default voice; others are Magpie voice names."""
-    if name is None or name in OPENAI_VOICES:
-        return None
-    return name

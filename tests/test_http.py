@@ -17,9 +17,11 @@ import pytest
 from .conftest import write_wav
 from .harness import free_port, make_daemon, wait_port
 
+# (not the bench's medium sentence: the recognizer hears "in Boston" as "embossed in"
+# about one time in ten)
 SENTENCE = (
-    "The weather in Boston this afternoon will stay mostly sunny with a gentle breeze "
-    "from the west and temperatures climbing to around seventy two degrees tonight."
+    "The kitchen lights are off and the oven is cold. "
+    "The back door is locked, and the garden lights will turn on at eight."
 )
 KEY = "s3cret-key"
 
