@@ -54,6 +54,8 @@ from .utterance import (
 
 log = logging.getLogger(__name__)
 
+NOTHING_SPEAKABLE = "nothing speakable in the text (no letters after clean-up)"
+
 
 class PlayerPort(Protocol):
     def submit(
@@ -422,13 +424,15 @@ class Core:
             )
             return
         if playback.frames_written == 0 and not utterance.units:
-            self._conclude(
-                utterance,
-                "error",
-                error="nothing speakable in the text (no letters after clean-up)",
-            )
+            self._conclude(utterance, "error", error=NOTHING_SPEAKABLE)
             return
-        self.stats.add(ttfa_ms, timing["rtf"], cached=first_cached)
+        self._finished(utterance, self.stats, timing, first_cached)
+
+    def _finished(
+        self, utterance: Utterance, stats: RollingStats, timing: dict[str, Any], cached: bool
+    ) -> None:
+        """Conclude a finished utterance (speaker or client) and count it."""
+        stats.add(timing["ttfa_ms"], timing["rtf"], cached=cached)
         if utterance.stream_timed_out:
             timing["error"] = (
                 f"stream {utterance.id!r} ended without final after "
@@ -498,19 +502,9 @@ class Core:
                 utterance, "stopped", reason=utterance.stop_reason or "stopped", **timing
             )
         elif ttfa_ms is None:
-            self._conclude(
-                utterance,
-                "error",
-                error="nothing speakable in the text (no letters after clean-up)",
-            )
+            self._conclude(utterance, "error", error=NOTHING_SPEAKABLE)
         else:
-            self.client_stats.add(ttfa_ms, timing["rtf"], cached=first_cached)
-            if utterance.stream_timed_out:
-                timing["error"] = (
-                    f"stream {utterance.id!r} ended without final after "
-                    f"{self.limits.stream_idle_s:g} s idle"
-                )
-            self._conclude(utterance, "finished", **timing)
+            self._finished(utterance, self.client_stats, timing, first_cached)
 
     # -- the one place an utterance ends ------------------------------------------------
 

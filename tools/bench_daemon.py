@@ -49,3 +49,13 @@ def start_magpie(
     proc = subprocess.Popen([magpie, "run"], env=env)
     wait_port(port, proc, "magpie-tts")
     return [proc, broker], port
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench import TEXTS
-from .bench_daemon import start_magpie, wait_port
+from .bench_daemon import start_magpie, stop_all, wait_port
 from .broker import free_port
 
 BYTES_PER_S = 22050 * 2
@@ -147,13 +147,7 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
                         asyncio.run(load(url, body, clients))
                     )
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
     print(report(results, levels, list(systems), rounds))
     return 0
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bench_daemon import start_magpie, wait_port
+from .bench_daemon import start_magpie, stop_all, wait_port
 from .broker import free_port
 
 REPLY = (
@@ -150,13 +150,7 @@ def run_wyoming_bench(config: Any, repeats: int, rounds: int) -> int:
                 for index in range(repeats):
                     results[name].append(asyncio.run(stream_once(port, seed=index)))
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
     print(report(results, repeats * rounds))
     return 0
 
