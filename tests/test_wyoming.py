@@ -42,6 +42,7 @@ def wyoming_daemon(tmp_path_factory, broker, prepared_state):
         wyoming__enabled="true",
         wyoming__port=str(port),
         limits__max_text_chars="2000",
+        limits__client_stall_s="3",
     ).start()
     proc.wyoming_port = port
     yield proc
@@ -315,5 +316,29 @@ def test_disconnect_mid_streaming_session_ends_it_without_waiting_for_idle(
         run(hang_up())
         status = _stopped_after(probe, base, before, timeout=10)  # idle limit: 30 s
         assert status["streams"]["active"] == 0
+    finally:
+        probe.close()
+
+
+def test_client_that_never_reads_is_cut_off(wyoming_daemon, broker) -> None:
+    """Bounded buffering: a client that stops reading blocks only its own synthesis and
+    is cut off after limits.client_stall_s (3 s here), not fed two minutes of audio."""
+    long_text = " ".join(["The weather report for the whole week is long and detailed."] * 28)
+    base = wyoming_daemon.base
+    probe = Probe(broker.port, [f"{base}/status"])
+    try:
+        before = _streams(probe, base).get("stopped", 0)
+        with socket.create_connection(("127.0.0.1", wyoming_daemon.wyoming_port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            data = json.dumps({"text": long_text}).encode()
+            header = {"type": "synthesize", "data_length": len(data)}
+            sock.sendall(json.dumps(header).encode() + b"\n" + data)
+            status = _stopped_after(probe, base, before, timeout=30)  # never reads
+        assert status["streams"]["active"] == 0
+        # while it hung, others were served
+        okay = Synthesize(text="Okay.").event()
+        assert run(_exchange(wyoming_daemon.wyoming_port, [okay], "audio-stop")).types[-1] == (
+            "audio-stop"
+        )
     finally:
         probe.close()
