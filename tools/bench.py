@@ -63,20 +63,44 @@ def _piper_runner(voice_path: str) -> Runner:
     return lambda text: (len(c.audio_float_array) / c.sample_rate for c in voice.synthesize(text))
 
 
-def _magpie_runner(voice_path: str, precision: str, state_dir: str) -> Runner:
-    from magpie_tts.engine import StreamingSynthesizer, load_voice
-    from magpie_tts.engine.runtime import RuntimeConfig
-    from magpie_tts.engine.synth import EngineConfig
+def _magpie_synth(voice_path: str, provider: str, precision: str, state_dir: str) -> Any:
+    """The configured engine (schedule, context, text policy: `engine_config`), on one
+    provider and precision; exits when that provider or precision cannot run here."""
+    import dataclasses
 
-    synth = StreamingSynthesizer(
-        load_voice(voice_path),
-        EngineConfig(
-            cache_dir=Path(state_dir), runtime=RuntimeConfig(provider="cpu"), precision=precision
-        ),  # type: ignore[arg-type]
+    from magpie_tts.daemon.config import load_config
+    from magpie_tts.daemon.voices import engine_config
+    from magpie_tts.engine import StreamingSynthesizer, load_voice
+
+    base = engine_config(load_config())
+    config = dataclasses.replace(
+        base,
+        cache_dir=Path(state_dir),
+        runtime=dataclasses.replace(base.runtime, provider=provider),
+        precision=precision,
+        cache=dataclasses.replace(base.cache, memory_bytes=0),  # measure synthesis
     )
-    if synth.precision != precision:
+    synth = StreamingSynthesizer(load_voice(voice_path), config)
+    if synth.choice.used != provider:
+        raise SystemExit(f"provider {provider} unavailable: {synth.choice.warning}")
+    if precision != "auto" and synth.precision != precision:
         raise SystemExit(f"{precision} decoder unavailable: {synth.precision_reason}")
+    return synth
+
+
+def _magpie_runner(synth: Any) -> Runner:
     return lambda text: (c.duration_s for c in synth.stream(text))
+
+
+def _decode_reference(synth: Any, state_dir: str, system: str) -> None:
+    """Decode the reference latent (made on the CPU, noise off) with this system's
+    decoder, so outputs of different providers compare on the very same input."""
+    import numpy as np
+
+    folder = Path(state_dir) / "bench"
+    latent = np.load(folder / "reference-latent.npy")
+    audio = np.concatenate([a.copy() for a in synth.decoder.stream(latent)])
+    np.save(folder / f"decoded-{system}.npy", audio)
 
 
 def _streaming_vits_runner(voice_path: str) -> Runner:
@@ -90,8 +114,15 @@ def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[s
     loaded = time.perf_counter()
     if system == "piper":
         chunks = _piper_runner(voice_path)
-    elif system in ("magpie-fp32", "magpie-int8"):
-        chunks = _magpie_runner(voice_path, system.split("-")[1], state_dir)
+    elif system.startswith("magpie-"):
+        kind = system.split("-", 1)[1]  # fp32 / int8 on the CPU, or a GPU provider
+        if kind in ("fp32", "int8"):
+            synth = _magpie_synth(voice_path, "cpu", kind, state_dir)
+        else:
+            synth = _magpie_synth(voice_path, kind, "auto", state_dir)
+        if (Path(state_dir) / "bench" / "reference-latent.npy").is_file():
+            _decode_reference(synth, state_dir, system)
+        chunks = _magpie_runner(synth)
     elif system == "streaming-vits":
         chunks = _streaming_vits_runner(voice_path)
     else:
@@ -113,7 +144,9 @@ def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[s
     return {"system": system, "load_s": load_s, "texts": results, "peak_rss_mb": rss_mb}
 
 
-def available_systems(state_dir: Path, voice_path: str, peers: list[str]) -> list[str]:
+def available_systems(
+    state_dir: Path, voice_path: str, peers: list[str], providers: tuple[str, ...] = ("cpu",)
+) -> list[str]:
     from magpie_tts.engine import load_voice
     from magpie_tts.engine.graph import split_dir
     from magpie_tts.engine.precision import INT8_DECODER
@@ -123,6 +156,7 @@ def available_systems(state_dir: Path, voice_path: str, peers: list[str]) -> lis
         systems.append("magpie-int8")
     else:
         print("magpie-int8: not prepared (run `magpie-tts prepare`); skipped")
+    systems += [f"magpie-{p}" for p in providers if p != "cpu"]  # skipped if unusable
     if "streaming-vits" in peers:
         if importlib.util.find_spec("streaming_vits") is not None:
             systems.append("streaming-vits")
@@ -172,7 +206,12 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def run_bench(
-    config: Any, repeats: int, peers: list[str], rounds: int = 2, voice: str | None = None
+    config: Any,
+    repeats: int,
+    peers: list[str],
+    rounds: int = 2,
+    voice: str | None = None,
+    providers: tuple[str, ...] = ("cpu",),
 ) -> int:
     from magpie_tts.engine import load_voice
     from magpie_tts.engine.graph import split_voice
@@ -180,7 +219,9 @@ def run_bench(
     voice_path = str(load_voice(voice or config.engine.voice).model_path)
     state_dir = config.engine.state_dir
     split_voice(load_voice(voice_path), state_dir)
-    systems = available_systems(state_dir, voice_path, peers)
+    systems = available_systems(state_dir, voice_path, peers, providers)
+    if len(providers) > 1:
+        _write_reference_latent(voice_path, state_dir)
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for round_index in range(rounds):  # interleave systems: machine drift hits all alike
         for system in systems:
@@ -215,7 +256,40 @@ def run_bench(
         + ", ".join(f"{k} {len(v.split())}" for k, v in TEXTS.items())
     )
     print(report(runs))
+    if len(providers) > 1:
+        print(snr_report(state_dir, [s for s in runs if s.startswith("magpie-")]))
     return 0
+
+
+def _write_reference_latent(voice_path: str, state_dir: Path) -> None:
+    """The medium sentence's latent from the CPU frontend with noise off."""
+    import numpy as np
+    from magpie_tts.engine import SynthesisOptions
+
+    synth = _magpie_synth(voice_path, "cpu", "fp32", str(state_dir))
+    quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+    ids = synth.phonemizer.clause_ids(synth.clauses(TEXTS["medium"])[0])
+    folder = Path(state_dir) / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "reference-latent.npy", synth.latent(ids, quiet))
+
+
+def snr_report(state_dir: Path, systems: list[str]) -> str:
+    """SNR of each system's decode of the reference latent against the CPU fp32 one."""
+    import numpy as np
+
+    folder = Path(state_dir) / "bench"
+    reference = np.load(folder / "decoded-magpie-fp32.npy")
+    lines = ["", "decoder output vs CPU fp32 on the same latent (noise off)", "system   SNR dB"]
+    for system in systems:
+        path = folder / f"decoded-{system}.npy"
+        if system == "magpie-fp32" or not path.is_file():
+            continue
+        audio = np.load(path)[: len(reference)]
+        noise = float(np.sum((audio - reference[: len(audio)]) ** 2)) or 1e-30
+        snr = 10 * np.log10(float(np.sum(reference[: len(audio)] ** 2)) / noise)
+        lines.append(f"{system:<15} {snr:>7.1f}")
+    return "\n".join(lines)
 
 
 def _main() -> int:

@@ -125,8 +125,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench_wyoming import run_wyoming_bench
 
         return run_wyoming_bench(config, repeats=args.repeats, rounds=args.rounds)
+    providers = tuple(p.strip() for p in args.provider.split(",") if p.strip())
+    unknown = set(providers) - {"cpu", "cuda", "tensorrt"}
+    if unknown or not providers:
+        raise SystemExit(f"--provider: choose from cpu, cuda, tensorrt (got {args.provider!r})")
     return run_bench(
-        config, repeats=args.repeats, peers=args.peers, rounds=args.rounds, voice=args.voice
+        config,
+        repeats=args.repeats,
+        peers=args.peers,
+        rounds=args.rounds,
+        voice=args.voice,
+        providers=("cpu", *[p for p in providers if p != "cpu"]),
     )
 
 
@@ -169,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--wyoming",
         action="store_true",
         help="an LLM token stream through Wyoming streaming, Magpie vs wyoming-piper",
+    )
+    bench.add_argument(
+        "--provider",
+        default="cpu",
+        help="providers to compare, e.g. cpu,cuda,tensorrt (GPU outputs also scored by SNR)",
     )
     bench.add_argument(
         "--concurrency",
