@@ -157,6 +157,10 @@ class Service:
     def report(self, utterance: Utterance, event: Event) -> None:
         """Every utterance's events (the core's monitor): status follows the queue."""
         self.metrics.observe(utterance, event)
+        if utterance.audio_out is None and utterance.sink is not self.mqtt:
+            # Speech on the speaker asked for elsewhere (HTTP /v1/say, the audible
+            # self-test): its events go to <base>/events as well, like MQTT's own.
+            self.mqtt.report(utterance, event)
         if event.terminal or event.name == "interrupted":
             self.mqtt.publish_status()
 

@@ -208,12 +208,19 @@ def test_five_concurrent_clients_all_intelligible(http_daemon, recognizer, tmp_p
     assert sum(rates) / len(rates) <= 0.1, rates
 
 
-def test_say_on_the_speaker_through_the_queue(http_daemon, client, recognizer, tmp_path) -> None:
+def test_say_on_the_speaker_through_the_queue(
+    http_daemon, client, recognizer, tmp_path, probe
+) -> None:
     text = "The washing machine has finished its cycle. Please hang up the laundry."
     before = len(http_daemon.recorded())
     reply = client.post("/v1/say", json={"text": text, "id": "http-1", "wait": True})
     assert reply.status_code == 200, reply.text
     assert reply.json()["event"] == "finished" and reply.json()["ttfa_ms"] > 0
+    # the same events as MQTT's own requests, on <base>/events
+    probe.wait(
+        f"{http_daemon.base}/events", lambda e: e["id"] == "http-1" and e["event"] == "finished"
+    )
+    assert probe.events(http_daemon.base, "http-1") == ["queued", "started", "finished"]
     time.sleep(0.2)
     intelligible(recognizer, tmp_path, http_daemon.recorded()[before:], text, "say.wav")
     queued = client.post("/v1/say", json={"text": "Okay."})
