@@ -30,6 +30,7 @@ from . import http_fields as fields
 from .config import Config
 from .http_audio import AudioResponse, OutcomeSink
 from .http_fields import OPENAI_VOICES, ApiError, error_response
+from .loop_thread import LoopThread
 from .metrics import CONTENT_TYPE
 from .utterance import PRIORITIES, Ask, Refused
 
@@ -80,9 +81,8 @@ class HttpServer:
         self.service: Service | None = None
         self.api_key = config.http.resolved_api_key()
         self.rates = ClientRates(config.http.rate_per_minute)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread("magpie-http")
         self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
         self._requests = 0
         self._lock = threading.Lock()
 
@@ -91,7 +91,6 @@ class HttpServer:
     def start(self) -> None:
         """Listen now (before the voice loads, so /health can say so)."""
         section = self.config.http
-        self._loop = asyncio.new_event_loop()
         app = web.Application(
             client_max_size=self.config.limits.max_payload_bytes,
             middlewares=[self._errors],
@@ -110,32 +109,23 @@ class HttpServer:
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        try:
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, section.host, section.port)
-            self._loop.run_until_complete(site.start())
-        except OSError as exc:
-            self._loop.close()
-            raise OSError(f"HTTP: cannot listen on {section.host}:{section.port}: {exc}") from exc
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="magpie-http", daemon=True
+        self._loop.start(
+            self._listen(section.host, section.port), f"HTTP {section.host}:{section.port}"
         )
-        self._thread.start()
         log.info("HTTP server on http://%s:%d", section.host, section.port)
+
+    async def _listen(self, host: str, port: int) -> None:
+        assert self._runner is not None
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
 
     def attach(self, service: Service) -> None:
         """The daemon is ready: serve requests."""
         self.service = service
 
     def stop(self) -> None:
-        if self._loop is None or self._runner is None or self._loop.is_closed():
-            return
-        future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-        with contextlib.suppress(Exception):
-            future.result(timeout=3)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(3)
+        if self._runner is not None:
+            self._loop.stop(self._runner.cleanup)
 
     # -- shared checks ---------------------------------------------------------------------
 

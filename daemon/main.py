@@ -110,11 +110,8 @@ def _serve(
         log.info("phrase cache: %d hot phrase unit(s) ready in memory", pinned)
     try:
         service.start()
-    except (ConnectError, OSError) as exc:
+    except (ConnectError, OSError) as exc:  # the service closed what it had started
         log.error("cannot start: %s", exc)
-        service.player.close()
-        if service.wyoming is not None:
-            service.wyoming.stop()
         return EXIT_START_FAILED
     if http is not None:
         http.attach(service)

@@ -165,8 +165,7 @@ class MqttFrontend:
         hermes = None
         if topic == self.topics.ha_status:
             if payload.strip() == b"online":  # HA restarted: it forgot non-retained state
-                self.publish_discovery()
-                self.publish_status()
+                self._on_connected()
             return
         if topic == self.topics.hermes_say:
             hermes = hermes_context(payload)

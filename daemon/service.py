@@ -87,11 +87,19 @@ class Service:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start every part; if one cannot start (a port in use, a broker refusing us),
+        close what was started and raise."""
         self.player.start()
         self.core.start()
-        if self.wyoming is not None:
-            self.wyoming.start()  # before MQTT: a port in use fails the start cleanly
-        self.mqtt.start()
+        try:
+            if self.wyoming is not None:
+                self.wyoming.start()  # before MQTT: a port in use fails the start cleanly
+            self.mqtt.start()
+        except Exception:
+            self.player.close()
+            if self.wyoming is not None:
+                self.wyoming.stop()
+            raise
 
     def shutdown(self) -> None:
         """Stop what plays, conclude what waits (each gets its event), then disconnect."""

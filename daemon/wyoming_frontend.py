@@ -23,7 +23,6 @@ import itertools
 import json
 import logging
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -48,6 +47,7 @@ from wyoming.tts import (
 from .backpressure import bound_send_buffer, deliver
 from .config import Config
 from .core import Core
+from .loop_thread import LoopThread
 from .utterance import Ask, Event, Refused, Utterance
 
 log = logging.getLogger(__name__)
@@ -385,45 +385,28 @@ class WyomingServer:
         self.info = info
         self.stall_s = config.limits.client_stall_s
         self.max_event_bytes = config.limits.max_payload_bytes
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread("magpie-wyoming")
         self._server: AsyncTcpServer | None = None
-        self._thread: threading.Thread | None = None
         self._zeroconf: Any = None
 
     def start(self) -> None:
         """Listen now (a port in use fails the start, with the reason)."""
         section = self.config.wyoming
-        self._loop = asyncio.new_event_loop()
         self._server = AsyncTcpServer(section.host, section.port)
-        handler = partial(WyomingConnection, self)
-        try:
-            self._loop.run_until_complete(self._server.start(handler))
-        except OSError as exc:
-            self._loop.close()
-            raise OSError(
-                f"Wyoming: cannot listen on {section.host}:{section.port}: {exc}"
-            ) from exc
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="magpie-wyoming", daemon=True
-        )
-        self._thread.start()
+        listen = self._server.start(partial(WyomingConnection, self))
+        self._loop.start(listen, f"Wyoming {section.host}:{section.port}")
         log.info("Wyoming server on tcp://%s:%d", section.host, section.port)
         if advertise(section.zeroconf, section.host):
             self._zeroconf = self._register_zeroconf()
 
     def stop(self) -> None:
-        if self._loop is None or self._server is None:
+        if self._server is None:
             return
         if self._zeroconf is not None:
             with contextlib.suppress(Exception):
                 self._zeroconf.unregister_all_services()
                 self._zeroconf.close()
-        future = asyncio.run_coroutine_threadsafe(self._server.stop(), self._loop)
-        with contextlib.suppress(Exception):
-            future.result(timeout=3)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(3)
+        self._loop.stop(self._server.stop)
 
     def _register_zeroconf(self) -> Any:
         from .mdns import register_wyoming

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+
+import pytest
 
 from .harness import Probe, make_daemon
 
@@ -64,3 +67,18 @@ def test_warm_cache_restart_signals_and_privacy(tmp_path, broker, prepared_state
     finally:
         probe.close()
         daemon.stop()
+
+
+@pytest.mark.parametrize("frontend", ["wyoming", "http"])
+def test_a_port_in_use_fails_the_start_with_its_reason(
+    tmp_path, broker, prepared_state, frontend
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = {f"{frontend}__enabled": "true", f"{frontend}__port": str(port)}
+        daemon = make_daemon(tmp_path, broker.port, prepared_state, **settings)
+        daemon.start(wait_online=False)
+        assert daemon.proc.wait(90) == 1
+    assert f"{port}: cannot listen" in daemon.log() and "address already in use" in daemon.log()
