@@ -29,9 +29,16 @@ class Window:
 
 
 def plan_windows(
-    frames: int, schedule: tuple[int, ...], context: int, first_step: int = 0
+    frames: int,
+    schedule: tuple[int, ...],
+    context: int,
+    first_step: int = 0,
+    keep: tuple[int, int] | None = None,
 ) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores, every one a warmed bucket length.
+
+    keep=(lo, hi) covers only those frames; the frames outside serve as context (a unit
+    spoken with words around it, cropped to its own).
 
     first_step > 0 starts further along the schedule: later clauses of an utterance are
     decoded while earlier audio plays, so they need no small first chunk. A window never
@@ -43,6 +50,7 @@ def plan_windows(
     measured at 83-91 dB SNR against a full decode (edge frames beat zeros by 4 dB), and
     only units under 64 frames (0.74 s) ever need it.
     """
+    lo, hi = keep if keep is not None else (0, frames)
     buckets = bucket_lengths(schedule, context)
     last = len(schedule) - 1
     step = min(first_step, last)
@@ -50,25 +58,25 @@ def plan_windows(
     # into buckets of real frames instead of padded far past its end.
     while step > 0 and window_length(schedule[step], context, first=True) > frames:
         step -= 1
-    core_start = 0
-    while core_start < frames:
+    core_start = lo
+    while core_start < hi:
         core = schedule[min(step, last)]
-        core_stop = min(frames, core_start + core)
+        core_stop = min(hi, core_start + core)
         length = _bucket(buckets, core_start, core_stop, frames, context)
         assert length is not None  # a schedule core plus context is a bucket by definition
-        if core_stop < frames:
+        if core_stop < hi:
             # Fold a small tail (under a quarter core) into this window when that decodes
             # no more frames than a separate tail window and pads nothing; a free fold always.
-            folded = _bucket(buckets, core_start, frames, frames, context)
-            tail = _bucket(buckets, core_stop, frames, frames, context)
-            small = frames - core_stop <= core // 4
+            folded = _bucket(buckets, core_start, hi, frames, context)
+            tail = _bucket(buckets, core_stop, hi, frames, context)
+            small = hi - core_stop <= core // 4
             if (
                 folded is not None
                 and tail is not None
                 and (folded <= frames or length > frames)
                 and (folded == length or (small and folded <= length + tail))
             ):
-                core_stop, length = frames, folded
+                core_stop, length = hi, folded
         start = max(0, min(core_start - min(context, core_start), frames - length))
         yield Window(start, start + length, core_start, core_stop)
         core_start, step = core_stop, step + 1
@@ -154,11 +162,16 @@ class ChunkedDecoder:
         return value_out.numpy().reshape(-1)
 
     def stream(
-        self, z: np.ndarray, sid: int | None = None, first_step: int = 0
+        self,
+        z: np.ndarray,
+        sid: int | None = None,
+        first_step: int = 0,
+        keep: tuple[int, int] | None = None,
     ) -> Iterator[np.ndarray]:
-        """Yield float audio for z chunk by chunk; stopping iteration abandons the rest."""
+        """Yield float audio for z (its frames `keep`) chunk by chunk; stopping iteration
+        abandons the rest."""
         frames = z.shape[2]
-        for window in plan_windows(frames, self.schedule, self.context, first_step):
+        for window in plan_windows(frames, self.schedule, self.context, first_step, keep):
             piece = z[:, :, window.start : min(window.stop, frames)]
             if window.stop > frames:  # a unit shorter than its bucket: repeat the last frame
                 piece = np.pad(piece, ((0, 0), (0, 0), (0, window.stop - frames)), mode="edge")

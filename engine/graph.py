@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 _SOURCE = "\0source"
 SPEAKER_INPUT = "sid"
-SPLIT_FORMAT = 1
+# 2: the frontend also outputs the phoneme durations (frames per id), where the voice has them.
+SPLIT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,17 @@ class SplitGraph:
     decoder: Path
     latent_name: str
     decoder_inputs: tuple[str, ...]
+    durations_name: str | None = None  # frames per phoneme id, a second frontend output
+
+
+def find_durations(model: onnx.ModelProto) -> str | None:
+    """The rounded per-id durations: the one Ceil in a Piper/VITS graph (length regulator).
+
+    They map phonemes to frames of z, so a unit spoken with context words around it can
+    be cropped to its own words exactly. None where the graph has no single Ceil.
+    """
+    ceils = [node for node in model.graph.node if node.op_type == "Ceil"]
+    return ceils[0].output[0] if len(ceils) == 1 else None
 
 
 def find_latent(model: onnx.ModelProto) -> str:
@@ -116,6 +128,7 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
                 decoder=target / "decoder.onnx",
                 latent_name=meta["latent"],
                 decoder_inputs=tuple(meta["decoder_inputs"]),
+                durations_name=meta.get("durations"),
             )
     log.info("splitting %s into frontend and decoder (once per model)", voice.model_path.name)
     try:
@@ -123,18 +136,29 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
     except Exception as exc:  # onnx raises several unrelated types for bad files
         raise VoiceError(f"cannot read voice model {voice.model_path}: {exc}") from exc
     latent = find_latent(model)
+    durations = find_durations(model)
     graph_inputs = [i.name for i in model.graph.input]
     decoder_inputs = [latent] + ([SPEAKER_INPUT] if _decoder_uses_speaker(model, latent) else [])
     output = model.graph.output[0].name
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as tmp:
         frontend_tmp, decoder_tmp = Path(tmp) / "frontend.onnx", Path(tmp) / "decoder.onnx"
-        onnx.utils.extract_model(str(voice.model_path), str(frontend_tmp), graph_inputs, [latent])
+        frontend_outputs = [latent] + ([durations] if durations else [])
+        onnx.utils.extract_model(
+            str(voice.model_path), str(frontend_tmp), graph_inputs, frontend_outputs
+        )
         onnx.utils.extract_model(str(voice.model_path), str(decoder_tmp), decoder_inputs, [output])
         os.replace(frontend_tmp, target / "frontend.onnx")
         os.replace(decoder_tmp, target / "decoder.onnx")
     meta_path.write_text(
-        json.dumps({"format": SPLIT_FORMAT, "latent": latent, "decoder_inputs": decoder_inputs})
+        json.dumps(
+            {
+                "format": SPLIT_FORMAT,
+                "latent": latent,
+                "decoder_inputs": decoder_inputs,
+                "durations": durations,
+            }
+        )
     )
-    log.info("split at %s; decoder inputs %s", latent, decoder_inputs)
+    log.info("split at %s; decoder inputs %s; durations %s", latent, decoder_inputs, durations)
     return split_voice(voice, cache_dir)

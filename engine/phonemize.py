@@ -75,9 +75,10 @@ class Phonemizer:
             out.pop()
         return out
 
-    def ids(self, phonemes: list[str]) -> list[int]:
+    def _encode(self, phonemes: list[str]) -> tuple[list[int], int]:
+        """Ids of phonemes, a pad after each; and how many are pronounceable."""
         id_map = self.voice.phoneme_id_map
-        ids = [*id_map[_BOS], *id_map[_PAD]]
+        ids: list[int] = []
         known = 0
         for phoneme in phonemes:
             mapped = id_map.get(phoneme)
@@ -85,11 +86,35 @@ class Phonemizer:
                 continue  # espeak can emit symbols a voice was not trained on
             ids.extend(mapped)
             ids.extend(id_map[_PAD])
-            known += phoneme not in (" ", ",", ".", "!", "?", ";", ":")
-        ids.extend(id_map[_EOS])
+            known += phoneme not in _PAUSES
+        return ids, known
+
+    def ids(self, phonemes: list[str]) -> list[int]:
+        id_map = self.voice.phoneme_id_map
+        body, known = self._encode(phonemes)
         if known == 0:
             raise TextError("nothing pronounceable in the text")
-        return ids
+        return [*id_map[_BOS], *id_map[_PAD], *body, *id_map[_EOS]]
+
+    def ids_in_context(self, unit: str, before: str, after: str) -> tuple[list[int], int, int]:
+        """Ids of `before unit after`, and the id range [start, stop) that is the unit's.
+
+        The range starts at the unit's first phoneme (at 0 without words before) and ends
+        where the words after begin, so the space between belongs to the unit (at the end,
+        EOS included, without words after).
+        """
+        id_map = self.voice.phoneme_id_map
+        head = [*id_map[_BOS], *id_map[_PAD]]
+        if before:
+            head += self._encode([*self.phonemes(before), " "])[0]
+        core, known = self._encode(self.phonemes(unit))
+        if known == 0:
+            raise TextError("nothing pronounceable in the text")
+        tail = self._encode([" ", *self.phonemes(after)])[0] if after else []
+        ids = [*head, *core, *tail, *id_map[_EOS]]
+        start = len(head) if before else 0
+        stop = len(head) + len(core) + (len(id_map[" "]) + len(id_map[_PAD]) if after else 0)
+        return ids, start, stop if after else len(ids)
 
     def clause_ids(self, clause: str) -> list[int]:
         return self.ids(self.phonemes(clause))

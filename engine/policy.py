@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from . import text as textmod
 from .errors import TextError
-from .segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS, ClauseSplitter, split_clauses
+from .segment import (
+    DEFAULT_FIRST_WORDS,
+    DEFAULT_MAX_WORDS,
+    ClauseSplitter,
+    Unit,
+    context_of,
+    split_clauses,
+)
 
 DEFAULT_MAX_TEXT_CHARS = 10_000
 _MARKUP = re.compile(r"<[A-Za-z/!?][^<>]*>")
@@ -62,8 +69,14 @@ class TextPolicy:
 
 
 def speakable(clauses: Iterable[str]) -> list[str]:
-    """Normalized units, without those that hold nothing to pronounce (emoji, symbols)."""
-    spoken = (textmod.normalize(c) for c in clauses)
+    """Normalized units, without those that hold nothing to pronounce (emoji, symbols).
+
+    A unit's context words (segment.Unit) are normalized with it, so they read the same.
+    """
+    spoken = (
+        Unit(textmod.normalize(c), *(textmod.normalize(part) for part in context_of(c)))
+        for c in clauses
+    )
     return [c for c in spoken if textmod.has_speakable(c)]
 
 

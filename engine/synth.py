@@ -16,7 +16,7 @@ from .cache import CacheConfig, PhraseCache, clear_directory
 from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
 from .errors import TextError, VoiceError
 from .graph import split_voice
-from .phonemize import Phonemizer
+from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
 from .precision import select_decoder
 from .runtime import (
@@ -26,6 +26,8 @@ from .runtime import (
     make_session,
     provider_name,
 )
+from .seam import SampleCrop, crossfade, fade_out, unit_span
+from .segment import context_of
 from .turns import SPEAKER, Pace, Turns
 from .voice import Voice
 
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 Precision = Literal["auto", "fp32", "int8"]
 CacheUse = Literal["auto", "keep", "pin", "bypass"]
 WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
+CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,22 @@ class AudioChunk:
         return len(self.pcm) / self.sample_rate
 
 
+@dataclass
+class _Join:
+    """State between the units of one utterance: the held tail of a unit cut mid-sentence."""
+
+    tail: np.ndarray | None = None
+    index: int = 0
+
+    def flush(self, rate: int) -> AudioChunk | None:
+        """The tail faded out, when no unit continues it."""
+        if self.tail is None:
+            return None
+        chunk = AudioChunk(fade_out(self.tail), rate, self.index)
+        self.tail = None
+        return chunk
+
+
 class StopToken:
     """Set from any thread; the stream ends before decoding its next chunk."""
 
@@ -103,6 +122,8 @@ class StreamingSynthesizer:
         self.config = config
         self.phonemizer = Phonemizer(voice)
         split = split_voice(voice, config.cache_dir)
+        self.latent_name = split.latent_name
+        self.durations_name = split.durations_name
         self.choice = choose_provider(config.runtime)
         decoder_path, self.precision, self.precision_reason = select_decoder(
             split, config.precision, self.choice.used, config.runtime.trt_fp16
@@ -167,7 +188,7 @@ class StreamingSynthesizer:
             dtype=np.float32,
         )
 
-    def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
+    def _feeds(self, ids: list[int], options: SynthesisOptions) -> dict[str, np.ndarray]:
         feeds = {
             "input": np.array([ids], dtype=np.int64),
             "input_lengths": np.array([len(ids)], dtype=np.int64),
@@ -176,7 +197,20 @@ class StreamingSynthesizer:
         sid = self.voice.speaker_id(options.speaker)
         if sid is not None:
             feeds["sid"] = np.array([sid], dtype=np.int64)
-        return self.frontend.run(None, feeds)[0]
+        return feeds
+
+    def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
+        return self.frontend.run([self.latent_name], self._feeds(ids, options))[0]
+
+    def latent_and_durations(
+        self, ids: list[int], options: SynthesisOptions
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """z and the frames each id lasts (the voice must have durations)."""
+        assert self.durations_name is not None
+        z, durations = self.frontend.run(
+            [self.latent_name, self.durations_name], self._feeds(ids, options)
+        )
+        return z, durations.reshape(-1).astype(np.int64)
 
     def _clause_audio(
         self,
@@ -186,50 +220,92 @@ class StreamingSynthesizer:
         stop: StopToken,
         cache_use: CacheUse,
         pace: Pace,
+        join: _Join,
     ) -> Iterator[AudioChunk]:
-        cache = self.phrase_cache if cache_use != "bypass" else None
+        rate = self.voice.sample_rate
+        before, after = context_of(clause) if self.durations_name else ("", "")
+        if not before and (flushed := join.flush(rate)) is not None:
+            yield flushed  # this unit does not continue the cut one
+        # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
+        cache = self.phrase_cache if cache_use != "bypass" and not (before or after) else None
         key = cache.key(self.voice, self.precision, options, clause) if cache else None
         if cache is not None and key is not None:
             started = time.perf_counter()
             cached = cache.get(key)
             if cached is not None:
                 spent = time.perf_counter() - started
-                pace.made(len(cached) / self.voice.sample_rate)
-                yield AudioChunk(cached, self.voice.sample_rate, index, spent, cached=True)
+                pace.made(len(cached) / rate)
+                yield AudioChunk(cached, rate, index, spent, cached=True)
                 return
             if not cache.wants(key, marked=cache_use in ("keep", "pin")):
                 key = None
         started = time.perf_counter()
-        parts = self.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
         sid = self.voice.speaker_id(options.speaker)
         pieces: list[np.ndarray] = []
+        held: list[np.ndarray] = []
         # Only an utterance's first clause needs a small first chunk: later clauses are
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(self.config.schedule) - 1
-        chunks = self._part_chunks(parts, options, sid, first_step)
+        chunks = self._unit_chunks(clause, before, after, options, sid, first_step)
         while not stop.stopped:
             with self.turns.turn(pace):
-                audio = next(chunks, None)
-                if audio is None:
+                piece = next(chunks, None)
+                if piece is None:
                     break
-                pcm = to_pcm(audio)  # copy out before the buffer is reused
-            pace.made(len(pcm) / self.voice.sample_rate)
+                emit, hold, joins = piece
+                pcm = to_pcm(emit)  # copy out before the buffer is reused
+                if len(hold):
+                    held.append(to_pcm(hold))
+            if join.tail is not None and len(pcm):
+                # The first sound of a unit that continues a cut one: crossfade the cut's
+                # held tail in, or fade it out where this unit could not take context.
+                tail = join.tail if joins else fade_out(join.tail)
+                pcm = crossfade(tail, pcm) if joins else np.concatenate([tail, pcm])
+                join.tail = None
+            if not len(pcm):
+                continue  # all of it held for the next unit's crossfade
+            pace.made(len(pcm) / rate)
             spent = time.perf_counter() - started
             if key is not None:
                 pieces.append(pcm)
-            yield AudioChunk(pcm, self.voice.sample_rate, index, spent)
+            yield AudioChunk(pcm, rate, index, spent)
             started = time.perf_counter()  # time the consumer held us is not compute
+        if held and not stop.stopped:
+            join.tail, join.index = np.concatenate(held), index
         if cache is not None and key is not None and pieces and not stop.stopped:
             cache.put(key, np.concatenate(pieces), pinned=cache_use == "pin")
 
-    def _part_chunks(
-        self, parts: list[list[int]], options: SynthesisOptions, sid: int | None, first_step: int
-    ) -> Iterator[np.ndarray]:
-        """Decoder chunks of a unit, part by part; the caller holds a turn per next()."""
+    def _unit_chunks(
+        self,
+        clause: str,
+        before: str,
+        after: str,
+        options: SynthesisOptions,
+        sid: int | None,
+        first_step: int,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+        """A unit's chunks as (emit, hold, crossfades with a held tail), float views; the
+        caller holds a turn per next(), so the frontend runs inside the first one."""
+        if before or after:
+            ids, start, stop = self.phonemizer.ids_in_context(clause, before, after)
+            if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
+                z, durations = self.latent_and_durations(ids, options)
+                frames = z.shape[2]
+                if int(durations.sum()) == frames:
+                    lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
+                    hop = self.voice.hop_length
+                    span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
+                    crop = SampleCrop(span)
+                    keep = (span.decode_from, span.decode_to)
+                    for audio in self.decoder.stream(z, sid, first_step, keep):
+                        yield *crop.take(audio), span.joins_previous
+                    return
+        last_step = len(self.config.schedule) - 1
+        parts = self.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
         for part, ids in enumerate(parts):
             z = self.latent(ids, options)
-            last_step = len(self.config.schedule) - 1
-            yield from self.decoder.stream(z, sid, first_step if part == 0 else last_step)
+            for audio in self.decoder.stream(z, sid, first_step if part == 0 else last_step):
+                yield audio, audio[:0], False
 
     def stream_clauses(
         self,
@@ -251,10 +327,13 @@ class StreamingSynthesizer:
         options = options or SynthesisOptions()
         stop = stop or StopToken()
         pace = Pace(priority)
+        join = _Join()
         for index, clause in enumerate(clauses, start=first_index):
             if stop.stopped:
                 return
-            yield from self._clause_audio(clause, index, options, stop, cache_use, pace)
+            yield from self._clause_audio(clause, index, options, stop, cache_use, pace, join)
+        if not stop.stopped and (flushed := join.flush(self.voice.sample_rate)) is not None:
+            yield flushed
 
     def stream(
         self,

@@ -109,6 +109,33 @@ def test_window_plan_covers_every_frame_with_context_on_warmed_lengths(
         assert windows[0].stop - windows[0].start == schedule[0] + context  # small first chunk
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    frames=st.integers(2, 1200),
+    context=st.sampled_from([0, 8, 16]),
+    first_step=st.integers(0, 5),
+    bounds=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_window_plan_of_a_kept_range_uses_the_frames_around_it_as_context(
+    frames: int, context: int, first_step: int, bounds: tuple[float, float]
+) -> None:
+    """A unit spoken with context words decodes only its own frames, exactly."""
+    lo, hi = sorted(int(b * frames) for b in bounds)
+    hi = max(hi, lo + 1)
+    if hi > frames:
+        lo, hi = frames - 1, frames
+    schedule = (16, 32, 64, 128, 256)
+    buckets = set(bucket_lengths(schedule, context))
+    windows = list(plan_windows(frames, schedule, context, first_step, keep=(lo, hi)))
+    assert windows[0].keep_from == lo and windows[-1].keep_to == hi
+    for before, after in itertools.pairwise(windows):
+        assert before.keep_to == after.keep_from
+    for w in windows:
+        assert w.stop - w.start in buckets
+        assert w.keep_from - w.start >= min(context, w.keep_from)
+        assert min(w.stop, frames) - w.keep_to >= min(context, frames - w.keep_to)
+
+
 VARIED = [
     "Hi.",
     "Yes",

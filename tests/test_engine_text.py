@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine import numbers
-from magpie_tts.engine.segment import ClauseSplitter, split_clauses
+from magpie_tts.engine.policy import TextPolicy
+from magpie_tts.engine.segment import ClauseSplitter, context_of, split_clauses
 from magpie_tts.engine.text import clean, has_speakable, normalize
 
 
@@ -154,7 +155,34 @@ def test_incremental_splitting_equals_whole_text(text: str, cuts: list[int]) -> 
     pieces.append(text[last:])
     streamed = [c for piece in pieces for c in splitter.feed(piece)]
     streamed += list(splitter.flush())
-    assert streamed == split_clauses(text, max_words=5, first_words=3)
+    whole = split_clauses(text, max_words=5, first_words=3)
+    assert streamed == whole
+    assert [context_of(u) for u in streamed] == [context_of(u) for u in whole]
+
+
+def test_a_unit_cut_between_words_carries_the_words_around_the_cut() -> None:
+    text = (
+        "Tomorrow will be mostly cloudy with a chance of showers in the afternoon. "
+        "Then it clears, and the night is cold."
+    )
+    first, second, third = TextPolicy().units(text)
+    assert (first, first.before, first.after) == (
+        "Tomorrow will be mostly cloudy with a chance",
+        "",
+        "of showers in",
+    )
+    assert (second.before, second.after) == ("with a chance", "")
+    assert context_of(third) == ("", "")  # a sentence boundary is a real pause
+    # a first clause ended by a comma pauses there: no context either
+    assert [context_of(u) for u in TextPolicy().units("Good morning, the sun is out.")] == [
+        ("", ""),
+        ("", ""),
+    ]
+    # context is normalized like the unit it goes with
+    cut = TextPolicy().units(
+        "Set the oven to two hundred degrees with 3 trays and wait ten minutes."
+    )
+    assert cut[0].after == "with three trays"
 
 
 def test_a_short_sentence_keeps_its_prosody_whole() -> None:
