@@ -8,7 +8,8 @@ every shape they will see and output buffers preallocated once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,14 @@ from .runtime import device_type
 
 DEFAULT_SCHEDULE = (16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXT = 16
+# Between the schedule's lengths, buckets every BUCKET_STEP frames: a window (a tail, a
+# later unit) takes the smallest bucket holding it, so coarse buckets decode many frames
+# twice (26 % beyond the audio on typical units with the schedule's 11 lengths, 19 % with
+# these 18; every 32 frames gives 18 % for a third more warm-up). Each is warmed at start.
+BUCKET_STEP = 64
+# A window after the first may take this share of the audio already made to decode: the
+# rest is margin for other streams' turns (turns.py) and for a busy board.
+AFFORD_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ def plan_windows(
     context: int,
     first_step: int = 0,
     keep: tuple[int, int] | None = None,
+    affordable: Callable[[int], int] | None = None,
 ) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores, every one a warmed bucket length.
 
@@ -49,6 +59,11 @@ def plan_windows(
     That is not exact for the last frames (the vocoder's own zero padding differs), but
     measured at 83-91 dB SNR against a full decode (edge frames beat zeros by 4 dB), and
     only units under 64 frames (0.74 s) ever need it.
+
+    affordable(frames_ahead) -> the largest core the decoder can make while that much
+    audio plays (from its measured speed): where it exceeds the schedule's next core, the
+    window grows to it. Fewer, larger windows decode fewer context frames twice; a slow
+    decoder keeps the schedule's doubling.
     """
     lo, hi = keep if keep is not None else (0, frames)
     buckets = bucket_lengths(schedule, context)
@@ -61,6 +76,9 @@ def plan_windows(
     core_start = lo
     while core_start < hi:
         core = schedule[min(step, last)]
+        if affordable is not None and core_start > lo:  # never the first, small window
+            afford = affordable(core_start - lo)
+            core = _grown(core, afford, core_start, hi, frames, context, buckets)
         core_stop = min(hi, core_start + core)
         length = _bucket(buckets, core_start, core_stop, frames, context)
         assert length is not None  # a schedule core plus context is a bucket by definition
@@ -82,6 +100,23 @@ def plan_windows(
         core_start, step = core_stop, step + 1
 
 
+def _grown(
+    core: int, afford: int, core_start: int, hi: int, frames: int, context: int, buckets: list[int]
+) -> int:
+    """The largest core up to `afford` whose window is a bucket of real frames (padding
+    would make it inexact); the schedule's core where none beats it."""
+    best = core
+    left = min(context, core_start)
+    for length in (b for b in buckets if b <= frames):
+        grown = min(hi - core_start, length - left - context, afford)
+        if grown <= best:
+            continue
+        window = _bucket(buckets, core_start, core_start + grown, frames, context)
+        if window is not None and window <= frames:
+            best = grown
+    return best
+
+
 def _bucket(
     buckets: list[int], core_start: int, core_stop: int, frames: int, context: int
 ) -> int | None:
@@ -97,6 +132,7 @@ def window_length(core: int, context: int, first: bool) -> int:
 def bucket_lengths(schedule: tuple[int, ...], context: int) -> list[int]:
     lengths = {window_length(core, context, first=True) for core in schedule}
     lengths.update(window_length(core, context, first=False) for core in schedule)
+    lengths.update(range(BUCKET_STEP, max(lengths) + 1, BUCKET_STEP))
     return sorted(lengths)
 
 
@@ -110,9 +146,12 @@ class ChunkedDecoder:
         hop: int,
         schedule: tuple[int, ...] = DEFAULT_SCHEDULE,
         context: int = DEFAULT_CONTEXT,
+        sample_rate: int = 22050,
     ) -> None:
         self.session = session
         self.hop = hop
+        self.frame_s = hop / sample_rate  # audio per latent frame
+        self.seconds_per_frame: float | None = None  # decode cost, measured by warm()
         self.schedule = schedule
         self.context = context
         self.device = device_type(provider)
@@ -122,6 +161,7 @@ class ChunkedDecoder:
         self.has_speaker = any(i.name == "sid" for i in inputs)
         self.output_name = session.get_outputs()[0].name
         self.output_rank = len(session.get_outputs()[0].shape)
+        self.frames_fed = 0  # latent frames decoded so far, context included (profile)
         self._buffers: dict[int, tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]] = {}
         for length in bucket_lengths(schedule, context):
             self._buffers[length] = self._bind(length)
@@ -142,6 +182,19 @@ class ChunkedDecoder:
     def warm(self, sid: int | None = None) -> None:
         for length in self._buffers:
             self.decode(np.zeros((1, self.channels, length), np.float32), sid)
+        # Timed once warm: the decoder's speed per frame, for the window sizes it can
+        # afford while audio plays (the first runs include one-time allocation).
+        largest = max(self._buffers)
+        started = time.perf_counter()
+        self.decode(np.zeros((1, self.channels, largest), np.float32), sid)
+        self.seconds_per_frame = (time.perf_counter() - started) / largest
+
+    def affordable_core(self, frames_ahead: int) -> int:
+        """Largest core whose window decodes in AFFORD_SHARE of the audio already made."""
+        if not self.seconds_per_frame:
+            return 0
+        budget_s = AFFORD_SHARE * frames_ahead * self.frame_s
+        return int(budget_s / self.seconds_per_frame) - 2 * self.context
 
     def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:
         """Decode a [1, C, frames] latent window to float audio (1-D view)."""
@@ -171,11 +224,15 @@ class ChunkedDecoder:
         """Yield float audio for z (its frames `keep`) chunk by chunk; stopping iteration
         abandons the rest."""
         frames = z.shape[2]
-        for window in plan_windows(frames, self.schedule, self.context, first_step, keep):
+        windows = plan_windows(
+            frames, self.schedule, self.context, first_step, keep, self.affordable_core
+        )
+        for window in windows:
             piece = z[:, :, window.start : min(window.stop, frames)]
             if window.stop > frames:  # a unit shorter than its bucket: repeat the last frame
                 piece = np.pad(piece, ((0, 0), (0, 0), (0, window.stop - frames)), mode="edge")
             audio = self.decode(piece, sid)
+            self.frames_fed += window.stop - window.start
             lo = (window.keep_from - window.start) * self.hop
             hi = (window.keep_to - window.start) * self.hop
             yield audio[lo:hi]

@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 
 from .errors import VoiceError
+from .polyphase import rewrite_conv_transposes
 from .voice import Voice
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 _SOURCE = "\0source"
 SPEAKER_INPUT = "sid"
 # 2: the frontend also outputs the phoneme durations (frames per id), where the voice has them.
-SPLIT_FORMAT = 2
+# 3: the decoder's ConvTransposes are in their polyphase form (polyphase.py).
+SPLIT_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,9 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
             str(voice.model_path), str(frontend_tmp), graph_inputs, frontend_outputs
         )
         onnx.utils.extract_model(str(voice.model_path), str(decoder_tmp), decoder_inputs, [output])
+        decoder = onnx.load(str(decoder_tmp))
+        upsamplers = rewrite_conv_transposes(decoder)
+        onnx.save(decoder, str(decoder_tmp))
         os.replace(frontend_tmp, target / "frontend.onnx")
         os.replace(decoder_tmp, target / "decoder.onnx")
     meta_path.write_text(
@@ -160,5 +165,11 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
             }
         )
     )
-    log.info("split at %s; decoder inputs %s; durations %s", latent, decoder_inputs, durations)
+    log.info(
+        "split at %s; decoder inputs %s; durations %s; %d upsamplers in polyphase form",
+        latent,
+        decoder_inputs,
+        durations,
+        upsamplers,
+    )
     return split_voice(voice, cache_dir)

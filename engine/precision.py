@@ -12,11 +12,26 @@ log = logging.getLogger(__name__)
 
 INT8_DECODER = "decoder.int8.onnx"
 INT8_REPORT = "int8_report.json"
+INT8_FRONTEND = "frontend.int8.onnx"  # the flow quantized; durations stay fp32
 
 
 def int8_paths(split: SplitGraph) -> tuple[Path, Path]:
     folder = split.decoder.parent
     return folder / INT8_DECODER, folder / INT8_REPORT
+
+
+def flow_path(split: SplitGraph) -> Path:
+    return split.decoder.parent / INT8_FRONTEND
+
+
+def select_frontend(split: SplitGraph, precision: str) -> tuple[Path, str]:
+    """(frontend path, what runs): the INT8-flow frontend only with the INT8 decoder and
+    only where `prepare` adopted it (its whole path passed the same gate)."""
+    report = read_report(split) or {}
+    path = flow_path(split)
+    if precision == "int8" and report.get("frontend") == "flow int8" and path.is_file():
+        return path, "flow int8"
+    return split.frontend, "fp32"
 
 
 def read_report(split: SplitGraph) -> dict | None:

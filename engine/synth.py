@@ -18,7 +18,7 @@ from .errors import TextError, VoiceError
 from .graph import split_voice
 from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
-from .precision import select_decoder
+from .precision import select_decoder, select_frontend
 from .runtime import (
     RuntimeConfig,
     choose_provider,
@@ -80,6 +80,26 @@ class AudioChunk:
 
 
 @dataclass
+class StageTimes:
+    """Where synthesis time goes, summed over everything made while attached
+    (`StreamingSynthesizer.stages`): the bench's profile. Context overhead shows as ids
+    and frames computed beyond the unit's own."""
+
+    phonemize_s: float = 0.0
+    frontend_s: float = 0.0
+    decoder_s: float = 0.0
+    pcm_s: float = 0.0
+    ids: int = 0  # phoneme ids fed to the frontend (with context words)
+    own_ids: int = 0  # of those, the units' own
+    frames: int = 0  # latent frames kept as audio
+    decoded_frames: int = 0  # frames fed to the decoder (with window context)
+
+    def add(self, other: StageTimes) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
 class _Join:
     """State between the units of one utterance: the held tail of a unit cut mid-sentence."""
 
@@ -128,10 +148,12 @@ class StreamingSynthesizer:
         decoder_path, self.precision, self.precision_reason = select_decoder(
             split, config.precision, self.choice.used, config.runtime.trt_fp16
         )
+        frontend_path, self.frontend_precision = select_frontend(split, self.precision)
+        self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
         buckets = bucket_lengths(config.schedule, config.context)
         profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
         try:
-            self.frontend = make_session(split.frontend, config.runtime, self.choice, "frontend")
+            self.frontend = make_session(frontend_path, config.runtime, self.choice, "frontend")
             decoder_session = make_session(
                 decoder_path, config.runtime, self.choice, "decoder", profile
             )
@@ -143,7 +165,12 @@ class StreamingSynthesizer:
             "decoder": confirm_provider(self.choice, decoder_session),
         }
         self.decoder = ChunkedDecoder(
-            decoder_session, self.choice.used, voice.hop_length, config.schedule, config.context
+            decoder_session,
+            self.choice.used,
+            voice.hop_length,
+            config.schedule,
+            config.context,
+            voice.sample_rate,
         )
         self.phrase_cache = (
             PhraseCache(config.cache, config.cache_dir / "phrases")
@@ -155,15 +182,17 @@ class StreamingSynthesizer:
         # Sessions and decoder buffers are shared: one window at a time, the most urgent
         # stream's first (turns.py).
         self.turns = Turns()
+        self.stages: StageTimes | None = None  # set to profile (one stream at a time)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
-            "voice %s ready: provider=%s (frontend %s) precision=%s (%s) load=%.0f ms "
-            "warm-up=%.0f ms",
+            "voice %s ready: provider=%s (frontend %s) precision=%s, frontend %s (%s) "
+            "load=%.0f ms warm-up=%.0f ms",
             voice.name,
             self.choice.used,
             self.providers["frontend"],
             self.precision,
+            self.frontend_precision,
             self.precision_reason,
             self.load_ms,
             self.warmup_ms,
@@ -188,7 +217,7 @@ class StreamingSynthesizer:
             dtype=np.float32,
         )
 
-    def _feeds(self, ids: list[int], options: SynthesisOptions) -> dict[str, np.ndarray]:
+    def frontend_feeds(self, ids: list[int], options: SynthesisOptions) -> dict[str, np.ndarray]:
         feeds = {
             "input": np.array([ids], dtype=np.int64),
             "input_lengths": np.array([len(ids)], dtype=np.int64),
@@ -200,7 +229,7 @@ class StreamingSynthesizer:
         return feeds
 
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
-        return self.frontend.run([self.latent_name], self._feeds(ids, options))[0]
+        return self.frontend.run([self.latent_name], self.frontend_feeds(ids, options))[0]
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
@@ -208,7 +237,7 @@ class StreamingSynthesizer:
         """z and the frames each id lasts (the voice must have durations)."""
         assert self.durations_name is not None
         z, durations = self.frontend.run(
-            [self.latent_name, self.durations_name], self._feeds(ids, options)
+            [self.latent_name, self.durations_name], self.frontend_feeds(ids, options)
         )
         return z, durations.reshape(-1).astype(np.int64)
 
@@ -253,9 +282,12 @@ class StreamingSynthesizer:
                 if piece is None:
                     break
                 emit, hold, joins = piece
+                converting = time.perf_counter()
                 pcm = to_pcm(emit)  # copy out before the buffer is reused
                 if len(hold):
                     held.append(to_pcm(hold))
+                if self.stages is not None:
+                    self.stages.pcm_s += time.perf_counter() - converting
             if join.tail is not None and len(pcm):
                 # The first sound of a unit that continues a cut one: crossfade the cut's
                 # held tail in, or fade it out where this unit could not take context.
@@ -286,10 +318,16 @@ class StreamingSynthesizer:
     ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
         """A unit's chunks as (emit, hold, crossfades with a held tail), float views; the
         caller holds a turn per next(), so the frontend runs inside the first one."""
+        clock = StageTimes()
         if before or after:
+            started = time.perf_counter()
             ids, start, stop = self.phonemizer.ids_in_context(clause, before, after)
+            clock.phonemize_s = time.perf_counter() - started
             if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
+                started = time.perf_counter()
                 z, durations = self.latent_and_durations(ids, options)
+                clock.frontend_s = time.perf_counter() - started
+                clock.ids, clock.own_ids = len(ids), stop - start
                 frames = z.shape[2]
                 if int(durations.sum()) == frames:
                     lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
@@ -297,15 +335,44 @@ class StreamingSynthesizer:
                     span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
                     crop = SampleCrop(span)
                     keep = (span.decode_from, span.decode_to)
-                    for audio in self.decoder.stream(z, sid, first_step, keep):
+                    chunks = self.decoder.stream(z, sid, first_step, keep)
+                    for audio in self._timed(chunks, clock, span.decode_to - span.decode_from):
                         yield *crop.take(audio), span.joins_previous
                     return
         last_step = len(self.config.schedule) - 1
+        started = time.perf_counter()
         parts = self.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
+        clock.phonemize_s += time.perf_counter() - started
         for part, ids in enumerate(parts):
+            started = time.perf_counter()
             z = self.latent(ids, options)
-            for audio in self.decoder.stream(z, sid, first_step if part == 0 else last_step):
+            clock.frontend_s += time.perf_counter() - started
+            clock.ids += len(ids)
+            clock.own_ids += len(ids)
+            chunks = self.decoder.stream(z, sid, first_step if part == 0 else last_step)
+            for audio in self._timed(chunks, clock, z.shape[2]):
                 yield audio, audio[:0], False
+            clock = StageTimes()  # recorded; the next part starts its own
+
+    def _timed(
+        self, chunks: Iterator[np.ndarray], clock: StageTimes, frames: int
+    ) -> Iterator[np.ndarray]:
+        """Decoder time and frames into the attached profile (when there is one)."""
+        if self.stages is None:
+            yield from chunks
+            return
+        fed = self.decoder.frames_fed
+        while True:
+            started = time.perf_counter()
+            audio = next(chunks, None)
+            clock.decoder_s += time.perf_counter() - started
+            if audio is None:
+                break
+            yield audio
+        clock.frames += frames
+        clock.decoded_frames += self.decoder.frames_fed - fed
+        if self.stages is not None:
+            self.stages.add(clock)
 
     def stream_clauses(
         self,

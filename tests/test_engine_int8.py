@@ -6,20 +6,27 @@ import json
 import statistics
 
 import numpy as np
+import onnx
 import pytest
+from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph import split_voice
-from magpie_tts.engine.precision import int8_paths, select_decoder
+from magpie_tts.engine.precision import flow_path, int8_paths, select_decoder, select_frontend
 from magpie_tts.engine.quantize import (
+    CALIBRATION_TEXTS,
+    GATE_TEXTS,
+    MAX_LOG_MEL_DB,
     CalibrationMethod,
     _conv_groups,
     _decode,
     _decoder,
+    _frontend,
     _quantize,
     _windows,
     gate_verdict,
     latents,
     log_mel_distance,
     pause_floor_dbfs,
+    quantize_flow,
 )
 
 GOOD = {
@@ -111,3 +118,52 @@ def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
     ]
     assert statistics.mean(distances) < 4.0
     assert out.stat().st_size < 0.8 * split.decoder.stat().st_size
+
+
+def test_frontend_selection_follows_the_report(voice, state_dir) -> None:
+    """The INT8-flow frontend runs only with the INT8 decoder, and only when adopted."""
+    split = split_voice(voice, state_dir)
+    _, report = int8_paths(split)
+    flow = flow_path(split)
+    flow.write_bytes(split.frontend.read_bytes())
+    try:
+        report.write_text(json.dumps({"passed": True, "frontend": "flow int8"}))
+        assert select_frontend(split, "int8") == (flow, "flow int8")
+        assert select_frontend(split, "fp32") == (split.frontend, "fp32")
+        report.write_text(json.dumps({"passed": True, "frontend": "fp32"}))
+        assert select_frontend(split, "int8") == (split.frontend, "fp32")
+    finally:
+        flow.unlink()
+        report.unlink()
+    assert select_frontend(split, "int8") == (split.frontend, "fp32")  # nothing prepared
+
+
+def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir, tmp_path) -> None:
+    """Only the flow is quantized: it runs after the duration predictor, so every
+    phoneme keeps its exact frame count; the latent it makes decodes close to fp32."""
+    split = split_voice(voice, state_dir)
+    out = tmp_path / "frontend.int8.onnx"
+    assert quantize_flow(synth, split, out, CALIBRATION_TEXTS[:4])
+    model = onnx.load(str(out))
+    dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    fed = [  # the compute nodes that take an INT8 (dequantized) input
+        n
+        for n in model.graph.node
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        and dequantized.intersection(n.input)
+    ]
+    convs = [n.name for n in fed if n.op_type == "Conv"]
+    assert convs and all("/flow/" in name for name in convs), convs
+    fp32_front, int8_front = _frontend(split.frontend, synth), _frontend(out, synth)
+    quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+    names = [synth.latent_name, synth.durations_name]
+    for text in GATE_TEXTS[:6]:
+        feeds = synth.frontend_feeds(synth.phonemizer.clause_ids(text), quiet)
+        z_fp32, durations_fp32 = fp32_front.run(names, feeds)
+        z_int8, durations_int8 = int8_front.run(names, feeds)
+        assert np.array_equal(durations_fp32, durations_int8)
+        assert z_int8.shape == z_fp32.shape
+        distance = log_mel_distance(
+            _decode(synth.decoder, z_fp32), _decode(synth.decoder, z_int8), voice.sample_rate
+        )
+        assert distance < MAX_LOG_MEL_DB

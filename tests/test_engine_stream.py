@@ -88,13 +88,15 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
     frames=st.integers(1, 2000),
     context=st.sampled_from([0, 4, 8, 16]),
     first_step=st.integers(0, 5),
+    speed=st.one_of(st.none(), st.integers(0, 64)),
 )
 def test_window_plan_covers_every_frame_with_context_on_warmed_lengths(
-    frames: int, context: int, first_step: int
+    frames: int, context: int, first_step: int, speed: int | None
 ) -> None:
     schedule = (16, 32, 64, 128, 256)
     buckets = set(bucket_lengths(schedule, context))
-    windows = list(plan_windows(frames, schedule, context, first_step))
+    affordable = None if speed is None else (lambda ahead: speed * ahead)
+    windows = list(plan_windows(frames, schedule, context, first_step, None, affordable))
     assert windows[0].keep_from == 0 and windows[-1].keep_to == frames
     for before, after in itertools.pairwise(windows):
         assert before.keep_to == after.keep_from
@@ -134,6 +136,22 @@ def test_window_plan_of_a_kept_range_uses_the_frames_around_it_as_context(
         assert w.stop - w.start in buckets
         assert w.keep_from - w.start >= min(context, w.keep_from)
         assert min(w.stop, frames) - w.keep_to >= min(context, frames - w.keep_to)
+
+
+def test_a_fast_decoder_takes_fewer_larger_windows_after_the_first() -> None:
+    """Where the decoder can afford it (its speed against the audio already made), the
+    windows after the small first one grow past the schedule: fewer context frames are
+    decoded twice; a slow decoder keeps the schedule."""
+    schedule, context, frames = (16, 32, 64, 128, 256, 512), 16, 300
+    plain = list(plan_windows(frames, schedule, context))
+    slow = list(plan_windows(frames, schedule, context, affordable=lambda ahead: 0))
+    fast = list(plan_windows(frames, schedule, context, affordable=lambda ahead: 40 * ahead))
+    assert slow == plain
+    assert fast[0] == plain[0]  # first audio is not delayed
+    assert len(fast) < len(plain)
+    decoded = [sum(w.stop - w.start for w in plan) for plan in (plain, fast)]
+    assert decoded[1] < decoded[0]
+    assert {w.stop - w.start for w in fast} <= set(bucket_lengths(schedule, context))
 
 
 VARIED = [

@@ -14,6 +14,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,6 +93,61 @@ def _magpie_runner(synth: Any) -> Runner:
     return lambda text: (c.duration_s for c in synth.stream(text))
 
 
+def _stage_profile(synth: Any, text: str, repeats: int) -> dict[str, float]:
+    """Median-free sums over repeats, per run: where a synthesis spends its time."""
+    from magpie_tts.engine.synth import StageTimes
+
+    synth.stages = StageTimes()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        synth.synthesize(text)
+    total = (time.perf_counter() - started) / repeats
+    stages, synth.stages = synth.stages, None
+    return {
+        "total_s": total,
+        **{name: getattr(stages, name) / repeats for name in stages.__dataclass_fields__},
+    }
+
+
+def _op_profile(path: Path, feeds: dict[str, Any], runs: int = 10) -> dict[str, float]:
+    """Share of kernel time per operator type (onnxruntime's own profiler)."""
+    import onnxruntime as ort
+    from magpie_tts.engine.runtime import RuntimeConfig, session_options
+
+    options = session_options(RuntimeConfig(provider="cpu"))
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "magpie-bench-ops")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        session.run(None, feeds)
+    trace = Path(session.end_profiling())
+    totals: dict[str, float] = {}
+    for event in json.loads(trace.read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event.get("args", {}).get("op_name", "?")
+            totals[op] = totals.get(op, 0.0) + event["dur"]
+    trace.unlink(missing_ok=True)
+    whole = sum(totals.values()) or 1.0
+    return {op: t / whole for op, t in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def _profiles(synth: Any, repeats: int) -> dict[str, Any]:
+    import numpy as np
+    from magpie_tts.engine import SynthesisOptions
+
+    window = np.zeros((1, synth.decoder.channels, 96), np.float32)
+    ids = synth.phonemizer.clause_ids(synth.clauses(TEXTS["medium"])[0])
+    return {
+        "stages": {name: _stage_profile(synth, text, repeats) for name, text in TEXTS.items()},
+        "decoder_ops": _op_profile(
+            synth.graph_paths["decoder"], {synth.decoder.latent_name: window}
+        ),
+        "frontend_ops": _op_profile(
+            synth.graph_paths["frontend"], synth.frontend_feeds(ids, SynthesisOptions())
+        ),
+    }
+
+
 def _decode_reference(synth: Any, state_dir: str, system: str) -> None:
     """Decode the reference latent (made on the CPU, noise off) with this system's
     decoder, so outputs of different providers compare on the very same input."""
@@ -112,6 +168,7 @@ def _streaming_vits_runner(voice_path: str) -> Runner:
 
 def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[str, Any]:
     loaded = time.perf_counter()
+    profile: Callable[[], dict[str, Any]] | None = None
     if system == "piper":
         chunks = _piper_runner(voice_path)
     elif system.startswith("magpie-"):
@@ -123,6 +180,7 @@ def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[s
         if (Path(state_dir) / "bench" / "reference-latent.npy").is_file():
             _decode_reference(synth, state_dir, system)
         chunks = _magpie_runner(synth)
+        profile = lambda: _profiles(synth, repeats)  # noqa: E731
     elif system == "streaming-vits":
         chunks = _streaming_vits_runner(voice_path)
     else:
@@ -140,8 +198,11 @@ def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[s
             totals.append(time.perf_counter() - started)
             firsts.append(first or 0.0)
         results[name] = {"first_s": firsts, "total_s": totals, "audio_s": audio}
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"system": system, "load_s": load_s, "texts": results, "peak_rss_mb": rss_mb}
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before profiling
+    out = {"system": system, "load_s": load_s, "texts": results, "peak_rss_mb": rss_mb}
+    if profile is not None:
+        out["profile"] = profile()
+    return out
 
 
 def available_systems(
@@ -256,9 +317,41 @@ def run_bench(
         + ", ".join(f"{k} {len(v.split())}" for k, v in TEXTS.items())
     )
     print(report(runs))
+    print(profile_report(runs))
     if len(providers) > 1:
         print(snr_report(state_dir, [s for s in runs if s.startswith("magpie-")]))
     return 0
+
+
+def profile_report(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Per stage (last round) and the decoder's and frontend's heaviest operators."""
+    lines = [
+        "",
+        "where the time goes (ms per synthesis; context = computed beyond the unit's own)",
+        f"{'text':<7} {'system':<12} {'phonemes':>8} {'frontend':>8} {'decoder':>8} "
+        f"{'to_pcm':>6} {'other':>6} {'total':>7} {'ids ctx':>7} {'frames ctx':>10}",
+    ]
+    ops = []
+    for system, rounds in runs.items():
+        profile = rounds[-1].get("profile")
+        if not profile:
+            continue
+        for text, p in profile["stages"].items():
+            staged = p["phonemize_s"] + p["frontend_s"] + p["decoder_s"] + p["pcm_s"]
+            ids_ctx = p["ids"] / p["own_ids"] - 1 if p["own_ids"] else 0.0
+            frames_ctx = p["decoded_frames"] / p["frames"] - 1 if p["frames"] else 0.0
+            lines.append(
+                f"{text:<7} {system:<12} {p['phonemize_s'] * 1e3:>8.1f} "
+                f"{p['frontend_s'] * 1e3:>8.1f} {p['decoder_s'] * 1e3:>8.1f} "
+                f"{p['pcm_s'] * 1e3:>6.1f} {(p['total_s'] - staged) * 1e3:>6.1f} "
+                f"{p['total_s'] * 1e3:>7.1f} {ids_ctx:>+7.0%} {frames_ctx:>+10.0%}"
+            )
+        for graph in ("decoder", "frontend"):
+            top = list(profile[f"{graph}_ops"].items())[:6]
+            ops.append(
+                f"{system} {graph} ops: " + ", ".join(f"{op} {share:.0%}" for op, share in top)
+            )
+    return "\n".join([*lines, "", *ops])
 
 
 def _write_reference_latent(voice_path: str, state_dir: Path) -> None:
