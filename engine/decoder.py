@@ -152,6 +152,9 @@ class ChunkedDecoder:
         self.hop = hop
         self.frame_s = hop / sample_rate  # audio per latent frame
         self.seconds_per_frame: float | None = None  # decode cost, measured by warm()
+        # Streams waiting for a turn on this decoder (set by the synthesizer): a larger
+        # window would delay their first sound, so it shares the budget with them.
+        self.waiting: Callable[[], int] = lambda: 0
         self.schedule = schedule
         self.context = context
         self.device = device_type(provider)
@@ -190,10 +193,11 @@ class ChunkedDecoder:
         self.seconds_per_frame = (time.perf_counter() - started) / largest
 
     def affordable_core(self, frames_ahead: int) -> int:
-        """Largest core whose window decodes in AFFORD_SHARE of the audio already made."""
+        """Largest core whose window decodes in AFFORD_SHARE of the audio already made,
+        shared with the streams waiting for a turn."""
         if not self.seconds_per_frame:
             return 0
-        budget_s = AFFORD_SHARE * frames_ahead * self.frame_s
+        budget_s = AFFORD_SHARE * frames_ahead * self.frame_s / (1 + self.waiting())
         return int(budget_s / self.seconds_per_frame) - 2 * self.context
 
     def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:

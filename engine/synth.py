@@ -182,6 +182,7 @@ class StreamingSynthesizer:
         # Sessions and decoder buffers are shared: one window at a time, the most urgent
         # stream's first (turns.py).
         self.turns = Turns()
+        self.decoder.waiting = lambda: self.turns.waiting
         self.stages: StageTimes | None = None  # set to profile (one stream at a time)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()

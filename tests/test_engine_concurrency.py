@@ -1,5 +1,7 @@
 """Many streams on one synthesizer: turns go to the most urgent stream, and what each
-stream hears is exactly what it would hear alone (noise off)."""
+stream hears is what it would hear alone (noise off), to float rounding: a stream's
+windows after the first shrink while others wait (decoder.py), and windows cut at other
+frames differ only at float-noise level, at most one LSB after int16 rounding."""
 
 from __future__ import annotations
 
@@ -73,4 +75,6 @@ def test_concurrent_streams_equal_single_stream_output(synth) -> None:
     for thread in threads:
         thread.join(60)
     for index, expected in enumerate(alone):
-        assert np.array_equal(np.concatenate(together[index]), expected), TEXTS[index]
+        heard = np.concatenate(together[index]).astype(np.int32)
+        assert len(heard) == len(expected), TEXTS[index]
+        assert np.max(np.abs(heard - expected)) <= 1, TEXTS[index]
