@@ -139,6 +139,7 @@ class Service:
             "providers": synth.providers,  # what runs each graph
             "provider_requested": synth.choice.requested,
             "precision": synth.precision,
+            "precisions": synth.precisions,  # per graph: the INT8 flow shows here
             "queue_depth": len(self.core.queue),
             "speaking": self.core.speaking,
             "xruns": self.player.output.xruns,

@@ -150,6 +150,9 @@ class StreamingSynthesizer:
         )
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
+        # What runs each graph, as status reports it and the phrase cache keys audio by.
+        self.precisions = {"frontend": self.frontend_precision, "decoder": self.precision}
+        self.precisions_key = f"{self.precision}/frontend {self.frontend_precision}"
         buckets = bucket_lengths(config.schedule, config.context)
         profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
         try:
@@ -258,7 +261,7 @@ class StreamingSynthesizer:
             yield flushed  # this unit does not continue the cut one
         # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
         cache = self.phrase_cache if cache_use != "bypass" and not (before or after) else None
-        key = cache.key(self.voice, self.precision, options, clause) if cache else None
+        key = cache.key(self.voice, self.precisions_key, options, clause) if cache else None
         if cache is not None and key is not None:
             started = time.perf_counter()
             cached = cache.get(key)

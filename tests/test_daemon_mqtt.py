@@ -100,6 +100,8 @@ def test_status_is_retained_with_latency_figures(daemon, probe, broker) -> None:
         late.close()
     assert status["state"] == "online"
     assert status["provider"] == "cpu"
+    # per graph; the INT8 flow needs `prepare`, which the test state has not run
+    assert status["precisions"] == {"frontend": "fp32", "decoder": status["precision"]}
     assert set(status["ttfa_ms"]) >= {"p50", "p95", "p99"}
     assert status["selftest"]["first_audio_ms"] > 0
 
