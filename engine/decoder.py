@@ -44,6 +44,7 @@ def plan_windows(
     first_step: int = 0,
     keep: tuple[int, int] | None = None,
     affordable: Callable[[int], int] | None = None,
+    contended: bool = False,
 ) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores, every one a warmed bucket length.
 
@@ -63,13 +64,15 @@ def plan_windows(
     affordable(frames_ahead) -> the largest core the decoder can make while that much
     audio plays (from its measured speed): where it exceeds the schedule's next core, the
     window grows to it. Fewer, larger windows decode fewer context frames twice; a slow
-    decoder keeps the schedule's doubling.
+    decoder keeps the schedule's doubling. A later unit (first_step > 0) is decoded in
+    one window where that decodes fewer frames, unless other streams wait (`contended`):
+    a long turn would delay their sound.
     """
     lo, hi = keep if keep is not None else (0, frames)
     buckets = bucket_lengths(schedule, context)
     planned = list(_plan(frames, schedule, context, first_step, lo, hi, buckets, affordable))
     whole = _bucket(buckets, lo, hi, frames, context)
-    if first_step > 0 and len(planned) > 1 and whole is not None:
+    if first_step > 0 and not contended and len(planned) > 1 and whole is not None:
         # A later unit (audio already playing) in one window where that decodes fewer
         # frames: a bucket of real frames, or padding its end by less than a step.
         decoded = sum(w.stop - w.start for w in planned)
@@ -257,7 +260,13 @@ class ChunkedDecoder:
         abandons the rest."""
         frames = z.shape[2]
         windows = plan_windows(
-            frames, self.schedule, self.context, first_step, keep, self.affordable_core
+            frames,
+            self.schedule,
+            self.context,
+            first_step,
+            keep,
+            self.affordable_core,
+            contended=self.waiting() > 0,
         )
         for window in windows:
             piece = z[:, :, window.start : min(window.stop, frames)]

@@ -1,7 +1,8 @@
 """Many streams on one synthesizer: turns go to the most urgent stream, and what each
-stream hears is what it would hear alone (noise off), to float rounding: a stream's
-windows after the first shrink while others wait (decoder.py), and windows cut at other
-frames differ only at float-noise level, at most one LSB after int16 rounding."""
+stream hears is what it would hear alone (noise off), to the decoder's exactness: a
+stream's windows shrink while others wait (decoder.py), and windows cut at other frames
+differ at float-noise level, or, where one plan pads a unit's end by a few frames, at
+83-91 dB SNR (a few LSB of 16-bit audio)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def test_concurrent_streams_equal_single_stream_output(synth) -> None:
     for thread in threads:
         thread.join(60)
     for index, expected in enumerate(alone):
-        heard = np.concatenate(together[index]).astype(np.int32)
+        heard = np.concatenate(together[index]).astype(np.float64)
         assert len(heard) == len(expected), TEXTS[index]
-        assert np.max(np.abs(heard - expected)) <= 1, TEXTS[index]
+        error = heard - expected
+        snr = 10 * np.log10(np.sum(expected.astype(np.float64) ** 2) / max(np.sum(error**2), 1))
+        assert snr >= 75.0 and np.max(np.abs(error)) <= 8, (TEXTS[index], snr)
