@@ -88,9 +88,9 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
     streamed = np.concatenate(chunks)
     assert len(streamed) == len(reference)
     assert snr_db(reference, streamed) >= exactness_floor(synth, z.shape[2], 0)
-    if z.shape[2] > 64:
-        assert len(chunks) >= 3
-        assert len(chunks[0]) < len(chunks[-2])  # growing schedule: small first chunk
+    if z.shape[2] > 64:  # a small first chunk, then larger ones (how many: decoder speed)
+        assert len(chunks) >= 2
+        assert len(chunks[0]) < max(len(c) for c in chunks[1:])
 
 
 @settings(max_examples=300, deadline=None)
