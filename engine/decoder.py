@@ -76,7 +76,7 @@ def plan_windows(
         # A later unit (audio already playing) in one window where that decodes fewer
         # frames: a bucket of real frames, or padding its end by less than a step.
         decoded = sum(w.stop - w.start for w in planned)
-        if whole < decoded and (whole <= frames or (hi == frames and whole - frames < BUCKET_STEP)):
+        if whole < decoded and _pads_little(whole, frames, ends_unit=hi == frames):
             start = max(0, min(lo - min(context, lo), frames - whole))
             planned = [Window(start, start + whole, lo, hi)]
     yield from planned
@@ -128,10 +128,8 @@ def _plan(
 def _grown(
     core: int, afford: int, core_start: int, hi: int, frames: int, context: int, buckets: list[int]
 ) -> int:
-    """The largest core up to `afford` whose window is a bucket of real frames, or one
-    that ends the unit and pads it by less than BUCKET_STEP frames (edge padding is not
-    exact, but measured 91 dB SNR: below one LSB of 16-bit audio); the schedule's core
-    where none beats it."""
+    """The largest core up to `afford` whose window pads little (`_pads_little`); the
+    schedule's core where none beats it."""
     best = core
     left = min(context, core_start)
     for length in (b for b in buckets if b < frames + BUCKET_STEP):
@@ -140,9 +138,15 @@ def _grown(
             continue
         window = _bucket(buckets, core_start, core_start + grown, frames, context)
         ends_unit = core_start + grown == hi == frames
-        if window is not None and (window <= frames or ends_unit):
+        if window is not None and _pads_little(window, frames, ends_unit):
             best = grown
     return best
+
+
+def _pads_little(length: int, frames: int, ends_unit: bool) -> bool:
+    """A window of real frames, or one ending the unit that pads it by less than
+    BUCKET_STEP frames (edge padding: 83-91 dB SNR, below one LSB of 16-bit audio)."""
+    return length <= frames or (ends_unit and length - frames < BUCKET_STEP)
 
 
 def _bucket(

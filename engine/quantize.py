@@ -144,20 +144,25 @@ def pause_floor_dbfs(audio: np.ndarray, sample_rate: int) -> float:
     return float(20 * np.log10(np.percentile(rms, 5)))
 
 
-class _WindowReader(CalibrationDataReader):
-    def __init__(self, name: str, windows: list[np.ndarray]) -> None:
-        self._items: Iterator[np.ndarray] = iter(windows)
-        self._name = name
+class _FeedReader(CalibrationDataReader):
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self._items: Iterator[dict[str, np.ndarray]] = iter(feeds)
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        window = next(self._items, None)
-        return None if window is None else {self._name: window}
+        return next(self._items, None)
+
+
+def _clause_latents(
+    session: Any, synth: StreamingSynthesizer, text: str, options: SynthesisOptions
+) -> list[np.ndarray]:
+    """z for each clause of text from a frontend session, as streaming would make them."""
+    ids = [synth.phonemizer.clause_ids(c) for c in synth.clauses(text)]
+    return [session.run([synth.latent_name], synth.frontend_feeds(i, options))[0] for i in ids]
 
 
 def latents(synth: StreamingSynthesizer, text: str) -> list[np.ndarray]:
-    """The fp32 frontend's z for each clause of text, as streaming would make them."""
-    options = SynthesisOptions()
-    return [synth.latent(synth.phonemizer.clause_ids(c), options) for c in synth.clauses(text)]
+    """The synthesizer's (fp32) frontend's z for each clause of text."""
+    return _clause_latents(synth.frontend, synth, text, SynthesisOptions())
 
 
 def _windows(zs: list[np.ndarray], length: int) -> list[np.ndarray]:
@@ -182,6 +187,25 @@ def _decode(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
     return np.concatenate([chunk.copy() for chunk in decoder.stream(z)])
 
 
+def _static_qdq(
+    model: Path, out: Path, feeds: list[dict[str, np.ndarray]], method: CalibrationMethod, **extra
+) -> None:
+    """Static QDQ of Convs with the combination onnxruntime's CPU kernels make fast: u8
+    activations, per-channel s8 weights."""
+    quantize_static(
+        str(model),
+        str(out),
+        _FeedReader(feeds),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["Conv"],
+        calibrate_method=method,
+        **extra,
+    )
+
+
 def _quantize(
     split: SplitGraph,
     windows: list[np.ndarray],
@@ -190,17 +214,12 @@ def _quantize(
     method: CalibrationMethod,
     percentile: float = PERCENTILES[0],
 ) -> None:
-    quantize_static(
-        str(split.decoder),
-        str(out),
-        _WindowReader(split.latent_name, windows),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["Conv"],
+    _static_qdq(
+        split.decoder,
+        out,
+        [{split.latent_name: window} for window in windows],
+        method,
         nodes_to_exclude=exclude,
-        calibrate_method=method,
         extra_options={"CalibPercentile": percentile},
     )
 
@@ -366,7 +385,7 @@ def prepare_int8(
         + ("" if wer_scorer else " skipped: no recognizer installed")
     )
     if wer_scorer is not None:
-        int8_frontend = _frontend(flow_path(split), synth) if flow["frontend"] != "fp32" else None
+        int8_frontend = _frontend(flow_path(split)) if flow["frontend"] != "fp32" else None
         wer_fp32, wer_int8 = _wer(wer_scorer, fp32, int8, synth, voice, int8_frontend)
         report.update(wer_fp32=round(wer_fp32, 4), wer_int8=round(wer_int8, 4))
     report["passed"], report["reason"] = gate_verdict(report)
@@ -375,25 +394,9 @@ def prepare_int8(
     return report
 
 
-def _frontend(path: Path, synth: StreamingSynthesizer) -> Any:
+def _frontend(path: Path) -> Any:
     runtime = RuntimeConfig(provider="cpu")
     return make_session(path, runtime, choose_provider(runtime), "frontend")
-
-
-def _clause_latents(
-    session: Any, synth: StreamingSynthesizer, text: str, options: SynthesisOptions
-) -> list[np.ndarray]:
-    ids = [synth.phonemizer.clause_ids(c) for c in synth.clauses(text)]
-    feeds = [synth.frontend_feeds(i, options) for i in ids]
-    return [session.run([synth.latent_name], f)[0] for f in feeds]
-
-
-class _FeedReader(CalibrationDataReader):
-    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
-        self._items = iter(feeds)
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._items, None)
 
 
 def _flow_convs(path: Path) -> list[str]:
@@ -416,18 +419,7 @@ def quantize_flow(
     ]
     # MinMax: sentences differ in length (the histogram methods need equal shapes), and
     # the flow's ranges are tight and stable.
-    quantize_static(
-        str(split.frontend),
-        str(out),
-        _FeedReader(feeds),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["Conv"],
-        nodes_to_quantize=names,
-        calibrate_method=CalibrationMethod.MinMax,
-    )
+    _static_qdq(split.frontend, out, feeds, CalibrationMethod.MinMax, nodes_to_quantize=names)
     return True
 
 
@@ -442,7 +434,7 @@ def _prepare_flow(
     if not quantize_flow(synth, split, out, CALIBRATION_TEXTS):
         return {"frontend": "fp32", "frontend_reason": "no flow convolutions found"}
     options = SynthesisOptions()
-    fp32_front, int8_front = _frontend(split.frontend, synth), _frontend(out, synth)
+    fp32_front, int8_front = synth.frontend, _frontend(out)  # the reference synth is fp32
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     distances, floors, timings = [], [], {"fp32": [], "int8": []}
     for text in GATE_TEXTS:

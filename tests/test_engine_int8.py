@@ -154,7 +154,7 @@ def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir,
     ]
     convs = [n.name for n in fed if n.op_type == "Conv"]
     assert convs and all("/flow/" in name for name in convs), convs
-    fp32_front, int8_front = _frontend(split.frontend, synth), _frontend(out, synth)
+    fp32_front, int8_front = _frontend(split.frontend), _frontend(out)
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     names = [synth.latent_name, synth.durations_name]
     for text in GATE_TEXTS[:6]:
