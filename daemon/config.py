@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from magpie_tts.engine.decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE
+from magpie_tts.engine.decoder import DEFAULT_SCHEDULE
 from magpie_tts.engine.policy import DEFAULT_MAX_TEXT_CHARS
 from magpie_tts.engine.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -83,7 +83,8 @@ class EngineSection(_Section):
     gpu_mem_limit_mb: int = Field(1024, ge=64)
     device_id: int = Field(0, ge=0, le=64)  # CUDA device (GPU index)
     schedule: tuple[int, ...] = DEFAULT_SCHEDULE
-    context_frames: int = Field(DEFAULT_CONTEXT, ge=0, le=64)
+    # Decoder context each side of a window; unset: the voice's receptive field (exact).
+    context_frames: int | None = Field(None, ge=0, le=64)
     max_clause_words: int = Field(DEFAULT_MAX_WORDS, ge=3, le=200)
     # 0: the first clause is not shortened
     first_clause_words: int = Field(DEFAULT_FIRST_WORDS, ge=0, le=200)

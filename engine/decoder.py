@@ -1,9 +1,10 @@
 """Chunked vocoder: decode windows of z with context on both sides, crop, concatenate.
 
 The vocoder is convolutional, so a window that carries enough frames of context on each
-side reproduces the full decode of its core exactly (to float noise at 16 frames). Window
-lengths come from a small fixed set (one per schedule step), so sessions can be warmed on
-every shape they will see and output buffers preallocated once.
+side reproduces the full decode of its core exactly (to float noise at its receptive field,
+graph.receptive_frames). Window lengths come from a small fixed set (one per schedule
+step), so sessions can be warmed on every shape they will see and output buffers
+preallocated once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import onnxruntime as ort
 from .runtime import device_type
 
 DEFAULT_SCHEDULE = (16, 32, 64, 128, 256, 512)
-DEFAULT_CONTEXT = 16
+DEFAULT_CONTEXT = 16  # where the graph does not tell its receptive field
 # Between the schedule's lengths, buckets every BUCKET_STEP frames: a window (a tail, a
 # later unit) takes the smallest bucket holding it, so coarse buckets decode many frames
 # twice (26 % beyond the audio on typical units with the schedule's 11 lengths, 19 % with

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ _SOURCE = "\0source"
 SPEAKER_INPUT = "sid"
 # 2: the frontend also outputs the phoneme durations (frames per id), where the voice has them.
 # 3: the decoder's ConvTransposes are in their polyphase form (polyphase.py).
-SPLIT_FORMAT = 3
+# 4: the decoder's receptive field (context frames a window needs) is recorded.
+SPLIT_FORMAT = 4
+_PROBE_FRAMES = 100  # a latent length for shape inference (any length > 1 works)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class SplitGraph:
     latent_name: str
     decoder_inputs: tuple[str, ...]
     durations_name: str | None = None  # frames per phoneme id, a second frontend output
+    context_frames: int | None = None  # z frames one output sample sees on either side
 
 
 def find_durations(model: onnx.ModelProto) -> str | None:
@@ -103,6 +107,47 @@ def find_latent(model: onnx.ModelProto) -> str:
     raise VoiceError("could not locate the vocoder input in the voice graph")
 
 
+def receptive_frames(decoder: onnx.ModelProto, latent: str) -> int | None:
+    """Frames of z on either side that can reach one output sample: the context a window
+    needs for its core to decode exactly as in a whole decode. Each Conv reaches its
+    padding (in samples at its own rate, found by shape inference) along the longest
+    path; None where that cannot be read (implicit padding, unknown lengths)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(decoder)
+    graph = model.graph
+    for value in graph.input:
+        if value.name == latent:
+            dims = value.type.tensor_type.shape.dim
+            dims[0].dim_value, dims[-1].dim_value = 1, _PROBE_FRAMES
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # onnx raises its own untyped errors for graphs it cannot follow
+        return None
+    lengths = {
+        value.name: value.type.tensor_type.shape.dim[-1].dim_value
+        for value in [*inferred.graph.value_info, *inferred.graph.input]
+        if value.type.tensor_type.shape.dim
+    }
+    reach: dict[str, tuple[float, float]] = {latent: (0.0, 0.0)}  # frames (left, right)
+    for node in graph.node:
+        before = [reach[name] for name in node.input if name in reach]
+        if not before:
+            continue
+        left, right = max(b[0] for b in before), max(b[1] for b in before)
+        if node.op_type in ("Conv", "ConvTranspose"):
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            rate = lengths.get(node.input[0], 0) / _PROBE_FRAMES
+            if node.op_type == "ConvTranspose" or "pads" not in attrs or rate <= 0:
+                return None
+            span = (attrs["kernel_shape"][-1] - 1) * attrs.get("dilations", [1])[-1]
+            begin = attrs["pads"][0]
+            left, right = left + begin / rate, right + (span - begin) / rate
+        for out in node.output:
+            reach[out] = (left, right)
+    edge = reach.get(graph.output[0].name)
+    return None if edge is None else math.ceil(max(edge) - 1e-9)
+
+
 def _decoder_uses_speaker(model: onnx.ModelProto, latent: str) -> bool:
     graph = model.graph
     if SPEAKER_INPUT not in {i.name for i in graph.input}:
@@ -131,6 +176,7 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
                 latent_name=meta["latent"],
                 decoder_inputs=tuple(meta["decoder_inputs"]),
                 durations_name=meta.get("durations"),
+                context_frames=meta.get("context_frames"),
             )
     log.info("splitting %s into frontend and decoder (once per model)", voice.model_path.name)
     try:
@@ -152,6 +198,7 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
         onnx.utils.extract_model(str(voice.model_path), str(decoder_tmp), decoder_inputs, [output])
         decoder = onnx.load(str(decoder_tmp))
         upsamplers = rewrite_conv_transposes(decoder)
+        context = receptive_frames(decoder, latent)
         onnx.save(decoder, str(decoder_tmp))
         os.replace(frontend_tmp, target / "frontend.onnx")
         os.replace(decoder_tmp, target / "decoder.onnx")
@@ -162,14 +209,17 @@ def split_voice(voice: Voice, cache_dir: Path) -> SplitGraph:
                 "latent": latent,
                 "decoder_inputs": decoder_inputs,
                 "durations": durations,
+                "context_frames": context,
             }
         )
     )
     log.info(
-        "split at %s; decoder inputs %s; durations %s; %d upsamplers in polyphase form",
+        "split at %s; decoder inputs %s; durations %s; %d upsamplers in polyphase form; "
+        "receptive field %s frames",
         latent,
         decoder_inputs,
         durations,
         upsamplers,
+        context,
     )
     return split_voice(voice, cache_dir)

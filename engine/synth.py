@@ -61,7 +61,7 @@ class EngineConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     precision: Precision = "auto"
     schedule: tuple[int, ...] = DEFAULT_SCHEDULE
-    context: int = DEFAULT_CONTEXT
+    context: int | None = None  # None: the decoder's receptive field (exact windows)
     text: TextPolicy = field(default_factory=TextPolicy)
     cache: CacheConfig = field(default_factory=lambda: CacheConfig(memory_bytes=0))
 
@@ -153,7 +153,12 @@ class StreamingSynthesizer:
         # What runs each graph, as status reports it and the phrase cache keys audio by.
         self.precisions = {"frontend": self.frontend_precision, "decoder": self.precision}
         self.precisions_key = f"{self.precision}/frontend {self.frontend_precision}"
-        buckets = bucket_lengths(config.schedule, config.context)
+        # Context each side of a window: the decoder's own receptive field where the graph
+        # tells it (11 frames for Piper medium voices), so no frame is decoded in vain.
+        self.context = config.context
+        if self.context is None:
+            self.context = split.context_frames or DEFAULT_CONTEXT
+        buckets = bucket_lengths(config.schedule, self.context)
         profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
         try:
             self.frontend = make_session(frontend_path, config.runtime, self.choice, "frontend")
@@ -172,7 +177,7 @@ class StreamingSynthesizer:
             self.choice.used,
             voice.hop_length,
             config.schedule,
-            config.context,
+            self.context,
             voice.sample_rate,
         )
         self.phrase_cache = (

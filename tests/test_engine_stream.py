@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine import StopToken, SynthesisOptions, TextError, VoiceError, load_voice
 from magpie_tts.engine.decoder import BUCKET_STEP, bucket_lengths, plan_windows
-from magpie_tts.engine.graph import find_latent
+from magpie_tts.engine.graph import find_latent, split_voice
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 MEDIUM = (
@@ -91,6 +91,26 @@ def test_chunked_decode_equals_full_decode(synth, full_session, text: str) -> No
     if z.shape[2] > 64:  # a small first chunk, then larger ones (how many: decoder speed)
         assert len(chunks) >= 2
         assert len(chunks[0]) < max(len(c) for c in chunks[1:])
+
+
+def test_context_is_the_decoders_receptive_field(synth, voice, state_dir) -> None:
+    """The context read from the graph is exactly how far one frame of z reaches: a
+    changed frame changes output only that many frames either side, and does change it
+    at that distance (so a smaller context would not be exact)."""
+    reach = split_voice(voice, state_dir).context_frames
+    assert reach is not None and synth.decoder.context == reach
+    session = synth.decoder.session
+    rng = np.random.default_rng(7)
+    z = rng.standard_normal((1, synth.decoder.channels, 64)).astype(np.float32)
+    changed = z.copy()
+    changed[:, :, 32] += 1.0
+    before, after = (
+        session.run(None, {synth.decoder.latent_name: x})[0].reshape(-1) for x in (z, changed)
+    )
+    hop = voice.hop_length
+    moved = np.flatnonzero(before != after) / hop  # output position in frames
+    assert moved.min() >= 32 - reach and moved.max() < 33 + reach
+    assert moved.min() < 32 - (reach - 1) or moved.max() >= 33 + (reach - 1)
 
 
 @settings(max_examples=300, deadline=None)
