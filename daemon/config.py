@@ -72,6 +72,8 @@ class EngineSection(_Section):
     voices_dir: Path | None = None  # JSON "voice": "<name>" picks <voices_dir>/<name>.onnx
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
+    # Lanes that serve concurrent streams side by side (CPU); unset: 2 on 2+ cores.
+    workers: int | None = Field(None, ge=0, le=8)
     int8: Literal["auto", "fp32", "int8"] = "auto"
     # Phrase cache: hot phrases only (configured, marked `cache: true`, or repeated).
     cache_mb: float = Field(8.0, ge=0)  # in memory; 0 disables the cache

@@ -10,7 +10,7 @@ preallocated once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,8 +169,13 @@ def bucket_lengths(schedule: tuple[int, ...], context: int) -> list[int]:
     return sorted(lengths)
 
 
+Buffers = tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]
+
+
 class ChunkedDecoder:
-    """One warm decoder session with preallocated input/output buffers per bucket."""
+    """Warm decoder sessions with preallocated input/output buffers per bucket: the
+    primary session and, optionally, worker sessions (lanes, turns.py) that decode other
+    streams' windows side by side; `lane()` says which one the calling turn holds."""
 
     def __init__(
         self,
@@ -180,11 +185,14 @@ class ChunkedDecoder:
         schedule: tuple[int, ...] = DEFAULT_SCHEDULE,
         context: int = DEFAULT_CONTEXT,
         sample_rate: int = 22050,
+        workers: Sequence[ort.InferenceSession] = (),
     ) -> None:
         self.session = session
+        self.sessions = [session, *workers]
+        self.lane: Callable[[], int] = lambda: 0
         self.hop = hop
         self.frame_s = hop / sample_rate  # audio per latent frame
-        self.seconds_per_frame: float | None = None  # decode cost, measured by warm()
+        self._seconds_per_frame: list[float | None] = [None] * len(self.sessions)
         # Streams waiting for a turn on this decoder (set by the synthesizer): a larger
         # window would delay their first sound, so it shares the budget with them.
         self.waiting: Callable[[], int] = lambda: 0
@@ -198,11 +206,17 @@ class ChunkedDecoder:
         self.output_name = session.get_outputs()[0].name
         self.output_rank = len(session.get_outputs()[0].shape)
         self.frames_fed = 0  # latent frames decoded so far, context included (profile)
-        self._buffers: dict[int, tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]] = {}
-        for length in bucket_lengths(schedule, context):
-            self._buffers[length] = self._bind(length)
+        lengths = bucket_lengths(schedule, context)
+        self._buffers: list[dict[int, Buffers]] = [
+            {length: self._bind(lane, length) for length in lengths} for lane in self.sessions
+        ]
 
-    def _bind(self, frames: int) -> tuple[ort.IOBinding, np.ndarray, ort.OrtValue, np.ndarray]:
+    @property
+    def seconds_per_frame(self) -> float | None:
+        """Decode cost per frame in the calling turn's lane, measured by warm()."""
+        return self._seconds_per_frame[self.lane()]
+
+    def _bind(self, session: ort.InferenceSession, frames: int) -> Buffers:
         host_in = np.zeros((1, self.channels, frames), dtype=np.float32)
         out_shape = (1,) * (self.output_rank - 1) + (frames * self.hop,)
         host_out = np.zeros(out_shape, dtype=np.float32)
@@ -210,23 +224,36 @@ class ChunkedDecoder:
         # place; on a GPU they live on the device and only the window crosses the bus.
         value_in = ort.OrtValue.ortvalue_from_numpy(host_in, self.device, 0)
         value_out = ort.OrtValue.ortvalue_from_numpy(host_out, self.device, 0)
-        binding = self.session.io_binding()
+        binding = session.io_binding()
         binding.bind_ortvalue_input(self.latent_name, value_in)
         binding.bind_ortvalue_output(self.output_name, value_out)
         return binding, host_in, value_out, host_out.reshape(-1)
 
     def warm(self, sid: int | None = None) -> None:
-        for length in self._buffers:
+        chosen = self.lane
+        try:
+            for lane in range(len(self.sessions)):
+                self.lane = lambda lane=lane: lane
+                self._warm_lane(lane, sid)
+        finally:
+            self.lane = chosen
+
+    def _warm_lane(self, lane: int, sid: int | None) -> None:
+        # The primary lane runs every bucket (on a GPU each new shape is a cuDNN search
+        # or an engine build). Worker lanes exist only on CPU, where a new shape costs
+        # just allocations, and the largest bucket's leave the arena room for every
+        # smaller one: running each bucket there would take ~5 s per single-threaded lane.
+        largest = max(self._buffers[lane])
+        for length in self._buffers[lane] if lane == 0 else ():
             self.decode(np.zeros((1, self.channels, length), np.float32), sid)
         # Timed once warm: the decoder's speed per frame, for the window sizes it can
         # afford while audio plays (the first runs include one-time allocation).
-        largest = max(self._buffers)
         timings = []
         for _ in range(2):  # the faster of two: a busy moment at start is not its speed
             started = time.perf_counter()
             self.decode(np.zeros((1, self.channels, largest), np.float32), sid)
             timings.append(time.perf_counter() - started)
-        self.seconds_per_frame = min(timings) / largest
+        self._seconds_per_frame[lane] = min(timings) / largest
 
     def affordable_core(self, frames_ahead: int) -> int:
         """Largest core whose window decodes in AFFORD_SHARE of the audio already made,
@@ -239,19 +266,21 @@ class ChunkedDecoder:
     def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:
         """Decode a [1, C, frames] latent window to float audio (1-D view)."""
         frames = z.shape[2]
-        entry = self._buffers.get(frames)
+        lane = self.lane()
+        session = self.sessions[lane]
+        entry = self._buffers[lane].get(frames)
         if entry is None or self.has_speaker:
             feeds = {self.latent_name: np.ascontiguousarray(z)}
             if self.has_speaker:
                 feeds["sid"] = np.array([sid or 0], dtype=np.int64)
-            return self.session.run([self.output_name], feeds)[0].reshape(-1)
+            return session.run([self.output_name], feeds)[0].reshape(-1)
         binding, host_in, value_out, host_out = entry
         if self.device == "cpu":
             np.copyto(host_in, z)
-            self.session.run_with_iobinding(binding)
-            return host_out  # valid until the next decode of this bucket
+            session.run_with_iobinding(binding)
+            return host_out  # valid until the next decode of this bucket in this lane
         binding.bind_cpu_input(self.latent_name, np.ascontiguousarray(z))
-        self.session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         return value_out.numpy().reshape(-1)
 
     def stream(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +65,9 @@ class EngineConfig:
     context: int | None = None  # None: the decoder's receptive field (exact windows)
     text: TextPolicy = field(default_factory=TextPolicy)
     cache: CacheConfig = field(default_factory=lambda: CacheConfig(memory_bytes=0))
+    # Lanes of sessions that serve several streams side by side, each on its share of
+    # the threads (CPU only; turns.py); 0: one stream's turn at a time on every thread.
+    workers: int = 0
 
 
 @dataclass
@@ -160,13 +164,25 @@ class StreamingSynthesizer:
             self.context = split.context_frames or DEFAULT_CONTEXT
         buckets = bucket_lengths(config.schedule, self.context)
         profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
+        # Worker lanes only on CPU: a GPU runs one stream's window at a time anyway.
+        workers = config.workers if self.choice.used == "cpu" else 0
+        threads = config.runtime.intra_op_threads or os.cpu_count() or 1
+        single = replace(config.runtime, intra_op_threads=max(1, threads // max(workers, 1)))
         try:
             self.frontend = make_session(frontend_path, config.runtime, self.choice, "frontend")
             decoder_session = make_session(
                 decoder_path, config.runtime, self.choice, "decoder", profile
             )
+            lanes = [
+                (
+                    make_session(frontend_path, single, self.choice, "frontend"),
+                    make_session(decoder_path, single, self.choice, "decoder", profile),
+                )
+                for _ in range(workers)
+            ]
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise VoiceError(f"cannot load voice {voice.model_path}: {exc}") from exc
+        self._frontends = [self.frontend, *(front for front, _ in lanes)]
         # What really runs each graph (the frontend never goes to TensorRT).
         self.providers = {
             "frontend": provider_name(self.frontend),
@@ -179,6 +195,7 @@ class StreamingSynthesizer:
             config.schedule,
             self.context,
             voice.sample_rate,
+            [decoder for _, decoder in lanes],
         )
         self.phrase_cache = (
             PhraseCache(config.cache, config.cache_dir / "phrases")
@@ -189,8 +206,9 @@ class StreamingSynthesizer:
             clear_directory(config.cache_dir / "phrases")  # audio an older version kept
         # Sessions and decoder buffers are shared: one window at a time, the most urgent
         # stream's first (turns.py).
-        self.turns = Turns()
+        self.turns = Turns(workers)
         self.decoder.waiting = lambda: self.turns.waiting
+        self.decoder.lane = self.turns.lane
         self.stages: StageTimes | None = None  # set to profile (one stream at a time)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
@@ -238,14 +256,15 @@ class StreamingSynthesizer:
         return feeds
 
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
-        return self.frontend.run([self.latent_name], self.frontend_feeds(ids, options))[0]
+        frontend = self._frontends[self.turns.lane()]
+        return frontend.run([self.latent_name], self.frontend_feeds(ids, options))[0]
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
     ) -> tuple[np.ndarray, np.ndarray]:
         """z and the frames each id lasts (the voice must have durations)."""
         assert self.durations_name is not None
-        z, durations = self.frontend.run(
+        z, durations = self._frontends[self.turns.lane()].run(
             [self.latent_name, self.durations_name], self.frontend_feeds(ids, options)
         )
         return z, durations.reshape(-1).astype(np.int64)
@@ -430,9 +449,11 @@ class StreamingSynthesizer:
     def warm(self) -> float:
         started = time.perf_counter()
         quiet = SynthesisOptions()
-        for sentence in WARM_TEXTS:
-            for clause in self.clauses(sentence):
-                self.latent(self.phonemizer.clause_ids(clause), quiet)
+        for frontend in self._frontends:
+            for sentence in WARM_TEXTS:
+                for clause in self.clauses(sentence):
+                    ids = self.phonemizer.clause_ids(clause)
+                    frontend.run([self.latent_name], self.frontend_feeds(ids, quiet))
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 

@@ -1,9 +1,10 @@
-"""Turns on the shared sessions: many streams, one decoder, the most urgent window next.
+"""Turns on the shared sessions: many streams, few lanes, the most urgent window next.
 
-A synthesizer's sessions and preallocated decoder buffers serve every stream, so one
-window runs at a time (on a 2-core board parallel windows would only share the same
-cores). Instead of a plain lock — whose order is arbitrary — waiting streams are served
-by urgency, least laxity first:
+A synthesizer's sessions and preallocated decoder buffers serve every stream, so a
+window runs only in a lane of sessions it holds: one alone on all threads, or, while
+several streams decode, side by side in worker lanes with a share of the threads each.
+Instead of a plain lock — whose order is arbitrary — waiting streams are served by
+urgency, least laxity first:
 1. a stream that has started and is about to run dry (less than `GUARD_S` of audio
    ahead of its playback clock): an underrun is heard, so it goes first;
 2. streams that have made no audio yet (a listener waits for first sound): the local
@@ -22,8 +23,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 SPEAKER, CLIENT = 0, 1
+PRIMARY = 0  # the lane whose sessions use every thread
 GUARD_S = 0.15  # less audio ahead than this: serve before streams still waiting to start
 SPEAKER_MARGIN_S = 0.5
+RECENT_S = 0.05  # a stream whose turn ended this recently is still decoding (lanes)
 
 
 class Pace:
@@ -51,38 +54,89 @@ class Pace:
 
 class Turns:
     """A lock whose waiters are served most urgent first, urgency judged at hand-over
-    (a stream's slack shrinks while it waits)."""
+    (a stream's slack shrinks while it waits), over lanes of sessions.
 
-    def __init__(self) -> None:
+    Lane 0 (`PRIMARY`) holds the sessions with every thread and runs alone: one stream
+    gets the whole board. With `workers` > 0 there are also that many lanes, each with
+    its share of the threads, that run side by side while several streams are decoding:
+    on a small CPU two one-thread sessions make 1.36x the work of one two-thread session
+    (the frontend's many small ops barely use a second thread), so a burst of streams is
+    served sooner.
+    A stream counts as decoding while it waits for a turn or ended one under `RECENT_S`
+    ago (it is handing its chunk on and comes straight back); a stream held back by its
+    consumer drops out, and a lone stream gets the primary lane again.
+    """
+
+    def __init__(self, workers: int = 0) -> None:
         self._cond = threading.Condition()
-        self._busy = False
+        self._workers = workers
+        self._busy: set[int] = set()  # lanes in use
         self._waiting: list[tuple[Pace, int]] = []
-        self._chosen: tuple[Pace, int] | None = None
+        self._granted: dict[int, int] = {}  # waiter's order number → lane handed to it
+        self._recent: dict[Pace, float] = {}  # stream → when its last turn ended
         self._order = itertools.count()
+        self._local = threading.local()
+        self.turns_by_lane = [0] * (workers + 1)  # turns served in each lane so far
 
     @property
     def waiting(self) -> int:
         with self._cond:
             return len(self._waiting)
 
+    def lane(self) -> int:
+        """The lane of the calling thread's turn (PRIMARY outside a turn)."""
+        return getattr(self._local, "lane", PRIMARY)
+
     @contextmanager
-    def turn(self, pace: Pace) -> Iterator[None]:
+    def turn(self, pace: Pace) -> Iterator[int]:
         with self._cond:
-            if self._busy or self._waiting:
+            lane = None if self._waiting else self._free_lane(self._decoding(pace))
+            if lane is None:
                 entry = (pace, next(self._order))
                 self._waiting.append(entry)
-                while self._chosen is not entry:
+                while entry[1] not in self._granted:
                     self._cond.wait()
-                self._chosen = None
-            self._busy = True
+                lane = self._granted.pop(entry[1])
+            else:
+                self._busy.add(lane)
+            self.turns_by_lane[lane] += 1
+        self._local.lane = lane
         try:
-            yield
+            yield lane
         finally:
+            self._local.lane = PRIMARY
             with self._cond:
-                self._busy = False
-                if self._waiting:
-                    best = min(self._waiting, key=lambda e: (e[0].urgency(), e[1]))
-                    self._waiting.remove(best)
-                    self._chosen = best
-                    self._busy = True  # held for the chosen waiter: no one cuts in
-                    self._cond.notify_all()
+                self._busy.discard(lane)
+                self._recent[pace] = time.perf_counter()
+                self._hand_over()
+
+    def _decoding(self, pace: Pace | None = None) -> int:
+        """Streams decoding now: waiting, or back within RECENT_S (with `pace`)."""
+        now = time.perf_counter()
+        self._recent = {p: t for p, t in self._recent.items() if now - t < RECENT_S}
+        streams = {entry[0] for entry in self._waiting} | set(self._recent)
+        return len(streams | ({pace} if pace is not None else set()))
+
+    def _free_lane(self, decoding: int) -> int | None:
+        """The lane a turn may take now: the primary lane when nothing runs and no other
+        stream is decoding, else a free worker lane (never beside the primary lane)."""
+        if PRIMARY in self._busy:
+            return None
+        if not self._busy and (decoding <= 1 or not self._workers):
+            return PRIMARY
+        return next((w for w in range(1, self._workers + 1) if w not in self._busy), None)
+
+    def _hand_over(self) -> None:
+        """Free lanes to the most urgent waiters (called with the condition held)."""
+        granted = False
+        while self._waiting:
+            lane = self._free_lane(self._decoding())
+            if lane is None:
+                break
+            best = min(self._waiting, key=lambda e: (e[0].urgency(), e[1]))
+            self._waiting.remove(best)
+            self._granted[best[1]] = lane
+            self._busy.add(lane)  # held for the chosen waiter: no one cuts in
+            granted = True
+        if granted:
+            self._cond.notify_all()

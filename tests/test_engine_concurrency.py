@@ -10,8 +10,11 @@ import threading
 import time
 
 import numpy as np
-from magpie_tts.engine import SynthesisOptions
-from magpie_tts.engine.turns import CLIENT, SPEAKER, Pace, Turns
+import pytest
+from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
+from magpie_tts.engine.runtime import RuntimeConfig
+from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.engine.turns import CLIENT, PRIMARY, RECENT_S, SPEAKER, Pace, Turns
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 TEXTS = [
@@ -60,8 +63,57 @@ def test_waiting_streams_are_served_most_urgent_first() -> None:
     assert served == ["speaker-ahead", "behind", "first-speaker", "first-client", "ahead"]
 
 
-def test_concurrent_streams_equal_single_stream_output(synth) -> None:
+def test_streams_decoding_together_run_side_by_side_in_worker_lanes() -> None:
+    """Several streams decoding at once take worker lanes side by side, never beside the
+    primary lane; a lone stream gets the primary lane (every thread)."""
+    turns = Turns(workers=2)
+    with turns.turn(Pace(CLIENT)) as lane:
+        assert lane == PRIMARY == turns.lane()
+    time.sleep(2 * RECENT_S)
+    lock = threading.Lock()
+    active: set[int] = set()
+    seen: list[tuple[int, int]] = []  # (lane, lanes busy at once)
+    beside_primary = []
+
+    def stream() -> None:
+        pace = Pace(CLIENT)
+        for _ in range(15):
+            with turns.turn(pace) as lane:
+                with lock:
+                    active.add(lane)
+                    seen.append((lane, len(active)))
+                    beside_primary.append(PRIMARY in active and len(active) > 1)
+                assert turns.lane() == lane
+                time.sleep(0.004)
+                with lock:
+                    active.discard(lane)
+
+    threads = [threading.Thread(target=stream) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not any(beside_primary)
+    assert max(busy for _, busy in seen) == 2  # two worker lanes at once, never three
+    assert {lane for lane, _ in seen} - {PRIMARY} == {1, 2}
+    time.sleep(2 * RECENT_S)
+    with turns.turn(Pace(SPEAKER)) as lane:
+        assert lane == PRIMARY  # alone again: every thread
+
+
+@pytest.fixture(scope="module")
+def laned(voice, state_dir) -> StreamingSynthesizer:
+    """The synthesizer with two worker lanes (the daemon's default on 2 cores)."""
+    runtime = RuntimeConfig(provider="cpu")
+    config = EngineConfig(cache_dir=state_dir, runtime=runtime, precision="fp32", workers=2)
+    return StreamingSynthesizer(voice, config)
+
+
+@pytest.mark.parametrize("lanes", ["one lane", "worker lanes"])
+def test_concurrent_streams_equal_single_stream_output(synth, laned, lanes: str) -> None:
+    synth = laned if lanes == "worker lanes" else synth
     alone = [synth.synthesize(text, QUIET) for text in TEXTS]
+    before = list(synth.turns.turns_by_lane)
     together: dict[int, list[np.ndarray]] = {}
 
     def stream(index: int) -> None:
@@ -81,3 +133,6 @@ def test_concurrent_streams_equal_single_stream_output(synth) -> None:
         error = heard - expected
         snr = 10 * np.log10(np.sum(expected.astype(np.float64) ** 2) / max(np.sum(error**2), 1))
         assert snr >= 75.0 and np.max(np.abs(error)) <= 8, (TEXTS[index], snr)
+    used = [now - then for now, then in zip(synth.turns.turns_by_lane, before, strict=True)]
+    if lanes == "worker lanes":
+        assert sum(used[1:]) > 0  # streams really ran side by side

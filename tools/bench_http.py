@@ -77,10 +77,13 @@ async def load(url: str, body: dict[str, Any], clients: int) -> tuple[list[Fetch
     return list(results), time.perf_counter() - began
 
 
-def start_http_magpie(folder: Path, state_dir: Path) -> tuple[list[subprocess.Popen[bytes]], str]:
+def start_http_magpie(
+    folder: Path, state_dir: Path, extra: dict[str, str] | None = None
+) -> tuple[list[subprocess.Popen[bytes]], str]:
     settings = {
         "MAGPIE_TTS_HTTP__RATE_PER_MINUTE": "100000",
         "MAGPIE_TTS_LIMITS__MAX_STREAMS": "64",
+        **(extra or {}),
     }
     procs, port = start_magpie(folder, state_dir, "http", settings)
     _wait_ready(f"http://127.0.0.1:{port}/health", procs[0])
@@ -127,9 +130,17 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     systems: dict[str, tuple[str, dict[str, Any]]] = {}
     try:
-        started, url = start_http_magpie(folder, config.engine.state_dir)
-        procs += started
-        systems["magpie"] = (url, {"input": text, "response_format": "wav"})
+        body = {"input": text, "response_format": "wav"}
+        # The daemon as configured, and, in the same run, with one lane (no workers:
+        # streams take turns on every thread), to show what the worker lanes buy.
+        for name, settings in (
+            ("magpie", {}),
+            ("magpie-1lane", {"MAGPIE_TTS_ENGINE__WORKERS": "0"}),
+        ):
+            (folder / name).mkdir()
+            started, url = start_http_magpie(folder / name, config.engine.state_dir, settings)
+            procs += started
+            systems[name] = (url, body)
         if importlib.util.find_spec("flask") is None:
             print("piper's HTTP server needs flask (pip install 'piper-tts[http]'): Magpie alone")
         else:
@@ -166,7 +177,7 @@ def report(
     lines = [
         f"\nHTTP concurrency, medium sentence ({len(TEXTS['medium'].split())} words), all "
         f"clients at once, real-time readers; {rounds} round(s) per level",
-        f"{'N':>3} {'system':<11} {'mean first':>10} {'p95 first':>9} {'underruns':>9} "
+        f"{'N':>3} {'system':<12} {'mean first':>10} {'p95 first':>9} {'underruns':>9} "
         f"{'audio s/s':>9} {'mean/piper':>10}",
     ]
     for clients in levels:
@@ -187,7 +198,7 @@ def report(
                 piper = [f.first_s * 1000 for b, _ in results[("piper-http", clients)] for f in b]
                 ratio = f"{means[name] / statistics.mean(piper):.3f}"
             lines.append(
-                f"{clients:>3} {name:<11} {means[name]:>10.1f} {_p95(firsts):>9.1f} "
+                f"{clients:>3} {name:<12} {means[name]:>10.1f} {_p95(firsts):>9.1f} "
                 f"{underruns:>4}/{len(fetches):<4} {throughput:>9.2f} {ratio:>10}"
             )
     return "\n".join(lines)

@@ -52,7 +52,8 @@ def cmd_say(args: argparse.Namespace) -> int:
 
     config = _load(args)
     voice = load_voice(args.voice or config.engine.voice)
-    synth = StreamingSynthesizer(voice, engine_config(config))
+    # One utterance: no worker lanes to load and warm.
+    synth = StreamingSynthesizer(voice, dataclasses.replace(engine_config(config), workers=0))
     options = SynthesisOptions(speed=args.speed)
     if args.out is None:
         from magpie_tts.daemon.player import play_once
@@ -92,7 +93,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     reference = StreamingSynthesizer(
         voice,
         dataclasses.replace(
-            engine_config(config), precision="fp32", cache=CacheConfig(memory_bytes=0)
+            engine_config(config),
+            precision="fp32",
+            cache=CacheConfig(memory_bytes=0),
+            workers=0,
         ),
     )
     report = prepare_int8(reference, split, scorer, force=args.force)
