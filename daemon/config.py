@@ -72,8 +72,9 @@ class EngineSection(_Section):
     voices_dir: Path | None = None  # JSON "voice": "<name>" picks <voices_dir>/<name>.onnx
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
-    # Lanes that serve concurrent streams side by side (CPU); unset: 2 on 2+ cores.
-    workers: int | None = Field(None, ge=0, le=8)
+    # Lanes that serve concurrent streams side by side (CPU): 2 for a server with many
+    # clients on a small board (+530 MB); 0: one stream's turn at a time.
+    workers: int = Field(0, ge=0, le=8)
     int8: Literal["auto", "fp32", "int8"] = "auto"
     # Phrase cache: hot phrases only (configured, marked `cache: true`, or repeated).
     cache_mb: float = Field(8.0, ge=0)  # in memory; 0 disables the cache

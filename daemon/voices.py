@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def engine_config(config: Config) -> EngineConfig:
         precision=section.int8,
         schedule=section.schedule,
         context=section.context_frames,
-        workers=section.workers if section.workers is not None else _default_workers(),
+        workers=section.workers,
         text=text_policy(config),
         cache=CacheConfig(
             memory_bytes=int(section.cache_mb * 1024 * 1024),
@@ -53,12 +52,6 @@ def engine_config(config: Config) -> EngineConfig:
             hot_phrases=section.hot_phrases,
         ),
     )
-
-
-def _default_workers() -> int:
-    """Two lanes of one thread each on a 2-core board (1.36x one two-thread session's
-    work when several streams decode); none on one core."""
-    return 2 if (os.cpu_count() or 1) >= 2 else 0
 
 
 class VoiceRegistry:

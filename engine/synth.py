@@ -167,7 +167,8 @@ class StreamingSynthesizer:
         # Worker lanes only on CPU: a GPU runs one stream's window at a time anyway.
         workers = config.workers if self.choice.used == "cpu" else 0
         threads = config.runtime.intra_op_threads or os.cpu_count() or 1
-        single = replace(config.runtime, intra_op_threads=max(1, threads // max(workers, 1)))
+        share = max(1, threads // max(workers, 1))
+        single = replace(config.runtime, intra_op_threads=share)
         try:
             self.frontend = make_session(frontend_path, config.runtime, self.choice, "frontend")
             decoder_session = make_session(

@@ -264,8 +264,6 @@ def make_daemon(
             "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
             "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
             "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
-            # One lane: quicker starts; the HTTP daemon runs the default worker lanes.
-            "MAGPIE_TTS_ENGINE__WORKERS": "0",
             "MAGPIE_TTS_WYOMING__ENABLED": "false",  # a test that needs it sets a free port
             "MAGPIE_TTS_HTTP__ENABLED": "false",
             "PYTHONUNBUFFERED": "1",

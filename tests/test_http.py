@@ -41,7 +41,7 @@ def http_daemon(tmp_path_factory, broker, prepared_state):
         http__rate_per_minute="1000",
         limits__max_text_chars="2000",
         limits__client_stall_s="3",
-        engine__workers="2",  # the default on 2+ cores: concurrent clients side by side
+        engine__workers="2",  # a server's setting: concurrent clients side by side
     ).start()
     proc.url = f"http://127.0.0.1:{port}"
     proc.http_port = port

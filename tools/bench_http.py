@@ -131,13 +131,12 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
     systems: dict[str, tuple[str, dict[str, Any]]] = {}
     try:
         body = {"input": text, "response_format": "wav"}
-        # The daemon as configured, and, in the same run, with one lane (no workers:
-        # streams take turns on every thread), to show what the worker lanes buy.
-        for name, settings in (
-            ("magpie", {}),
-            ("magpie-1lane", {"MAGPIE_TTS_ENGINE__WORKERS": "0"}),
-        ):
+        # The daemon as configured and, in the same run, with the other lane setting
+        # (worker lanes on or off), to show what the worker lanes buy.
+        other = ("magpie-1lane", "0") if config.engine.workers else ("magpie-lanes", "2")
+        for name, workers in (("magpie", str(config.engine.workers)), other):
             (folder / name).mkdir()
+            settings = {"MAGPIE_TTS_ENGINE__WORKERS": workers}
             started, url = start_http_magpie(folder / name, config.engine.state_dir, settings)
             procs += started
             systems[name] = (url, body)
