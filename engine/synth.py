@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -256,18 +256,22 @@ class StreamingSynthesizer:
             feeds["sid"] = np.array([sid], dtype=np.int64)
         return feeds
 
+    def _run_frontend(
+        self, outputs: list[str], ids: list[int], options: SynthesisOptions, frontend: Any = None
+    ) -> list[np.ndarray]:
+        """The frontend session of the calling turn's lane (or `frontend`) on ids."""
+        session = frontend or self._frontends[self.turns.lane()]
+        return session.run(outputs, self.frontend_feeds(ids, options))
+
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
-        frontend = self._frontends[self.turns.lane()]
-        return frontend.run([self.latent_name], self.frontend_feeds(ids, options))[0]
+        return self._run_frontend([self.latent_name], ids, options)[0]
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
     ) -> tuple[np.ndarray, np.ndarray]:
         """z and the frames each id lasts (the voice must have durations)."""
         assert self.durations_name is not None
-        z, durations = self._frontends[self.turns.lane()].run(
-            [self.latent_name, self.durations_name], self.frontend_feeds(ids, options)
-        )
+        z, durations = self._run_frontend([self.latent_name, self.durations_name], ids, options)
         return z, durations.reshape(-1).astype(np.int64)
 
     def _clause_audio(
@@ -454,7 +458,7 @@ class StreamingSynthesizer:
             for sentence in WARM_TEXTS:
                 for clause in self.clauses(sentence):
                     ids = self.phonemizer.clause_ids(clause)
-                    frontend.run([self.latent_name], self.frontend_feeds(ids, quiet))
+                    self._run_frontend([self.latent_name], ids, quiet, frontend)
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 
