@@ -94,11 +94,17 @@ def test_device_vanishing_mid_utterance_resumes_without_restart(pulse_daemon) ->
 def test_underrun_is_recovered_and_counted(pulse_daemon) -> None:
     daemon, _sink, probe = start_long_utterance(pulse_daemon, "starved")
     time.sleep(0.8)
-    # The board is starved of CPU for 3 s: well past what the sound server buffers (at
-    # 1.5 s the underrun was missed about once in ten runs).
-    daemon.proc.send_signal(signal.SIGSTOP)
-    time.sleep(3.0)
-    daemon.proc.send_signal(signal.SIGCONT)
+    # The board is starved of CPU for 2 s, well past what the sound server buffers. ALSA's
+    # pulse plugin drops an underflow notice that its own thread handles only after the
+    # resumed player's next write (its underflow index is then behind what was written), a
+    # race a loaded machine loses now and then; so starve it again, up to three times.
+    for _episode in range(3):
+        daemon.proc.send_signal(signal.SIGSTOP)
+        time.sleep(2.0)
+        daemon.proc.send_signal(signal.SIGCONT)
+        time.sleep(1.0)
+        if "underrun" in daemon.log():
+            break
     probe.wait(
         f"{daemon.base}/events",
         lambda e: e["id"] == "starved" and e["event"] == "finished",
