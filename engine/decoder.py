@@ -46,6 +46,7 @@ def plan_windows(
     keep: tuple[int, int] | None = None,
     affordable: Callable[[int], int] | None = None,
     contended: bool = False,
+    ahead: int = 0,
 ) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores, every one a warmed bucket length.
 
@@ -68,10 +69,21 @@ def plan_windows(
     decoder keeps the schedule's doubling. A later unit (first_step > 0) is decoded in
     one window where that decodes fewer frames, unless other streams wait (`contended`):
     a long turn would delay their sound.
+
+    `ahead` is the audio (in frames) the stream has made beyond its playback clock when
+    the unit starts. While other streams wait, a later unit starts at the schedule's
+    step its budget affords (never below the first core) instead of its largest core:
+    one turn of a 512-frame core on a one-thread lane takes ~0.6 s, longer than the
+    audio other streams have ahead, and they run dry while it decodes.
     """
     lo, hi = keep if keep is not None else (0, frames)
     buckets = bucket_lengths(schedule, context)
-    planned = list(_plan(frames, schedule, context, first_step, lo, hi, buckets, affordable))
+    if first_step > 0 and contended and affordable is not None:
+        budget = max(schedule[0], affordable(ahead))
+        first_step = min(first_step, len(schedule) - 1)
+        while first_step > 0 and schedule[first_step] > budget:
+            first_step -= 1
+    planned = list(_plan(frames, schedule, context, first_step, lo, hi, buckets, affordable, ahead))
     whole = _bucket(buckets, lo, hi, frames, context)
     if first_step > 0 and not contended and len(planned) > 1 and whole is not None:
         # A later unit (audio already playing) in one window where that decodes fewer
@@ -92,6 +104,7 @@ def _plan(
     hi: int,
     buckets: list[int],
     affordable: Callable[[int], int] | None,
+    ahead: int = 0,
 ) -> Iterator[Window]:
     last = len(schedule) - 1
     step = min(first_step, last)
@@ -103,7 +116,7 @@ def _plan(
     while core_start < hi:
         core = schedule[min(step, last)]
         if affordable is not None and core_start > lo:  # never the first, small window
-            afford = affordable(core_start - lo)
+            afford = affordable(ahead + core_start - lo)
             core = _grown(core, afford, core_start, hi, frames, context, buckets)
         core_stop = min(hi, core_start + core)
         length = _bucket(buckets, core_start, core_stop, frames, context)
@@ -289,9 +302,11 @@ class ChunkedDecoder:
         sid: int | None = None,
         first_step: int = 0,
         keep: tuple[int, int] | None = None,
+        ahead: Callable[[], float] | None = None,
     ) -> Iterator[np.ndarray]:
         """Yield float audio for z (its frames `keep`) chunk by chunk; stopping iteration
-        abandons the rest."""
+        abandons the rest. `ahead()` -> seconds of audio the stream has beyond its
+        playback clock, read when the windows are planned (inside the stream's turn)."""
         frames = z.shape[2]
         windows = plan_windows(
             frames,
@@ -301,6 +316,7 @@ class ChunkedDecoder:
             keep,
             self.affordable_core,
             contended=self.waiting() > 0,
+            ahead=int(ahead() / self.frame_s) if ahead is not None else 0,
         )
         for window in windows:
             piece = z[:, :, window.start : min(window.stop, frames)]

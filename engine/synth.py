@@ -308,7 +308,7 @@ class StreamingSynthesizer:
         # Only an utterance's first clause needs a small first chunk: later clauses are
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(self.config.schedule) - 1
-        chunks = self._unit_chunks(clause, before, after, options, sid, first_step)
+        chunks = self._unit_chunks(clause, before, after, options, sid, first_step, pace)
         while not stop.stopped:
             with self.turns.turn(pace):
                 piece = next(chunks, None)
@@ -348,6 +348,7 @@ class StreamingSynthesizer:
         options: SynthesisOptions,
         sid: int | None,
         first_step: int,
+        pace: Pace,
     ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
         """A unit's chunks as (emit, hold, crossfades with a held tail), float views; the
         caller holds a turn per next(), so the frontend runs inside the first one."""
@@ -368,7 +369,7 @@ class StreamingSynthesizer:
                     span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
                     crop = SampleCrop(span)
                     keep = (span.decode_from, span.decode_to)
-                    chunks = self.decoder.stream(z, sid, first_step, keep)
+                    chunks = self.decoder.stream(z, sid, first_step, keep, pace.ahead_s)
                     for audio in self._timed(chunks, clock, span.decode_to - span.decode_from):
                         yield *crop.take(audio), span.joins_previous
                     return
@@ -382,7 +383,8 @@ class StreamingSynthesizer:
             clock.frontend_s += time.perf_counter() - started
             clock.ids += len(ids)
             clock.own_ids += len(ids)
-            chunks = self.decoder.stream(z, sid, first_step if part == 0 else last_step)
+            step = first_step if part == 0 else last_step
+            chunks = self.decoder.stream(z, sid, step, ahead=pace.ahead_s)
             for audio in self._timed(chunks, clock, z.shape[2]):
                 yield audio, audio[:0], False
             clock = StageTimes()  # recorded; the next part starts its own

@@ -43,6 +43,12 @@ class Pace:
             self.first_at = time.perf_counter()
         self.audio_s += seconds
 
+    def ahead_s(self) -> float:
+        """Audio made beyond the playback clock (0 before the first chunk)."""
+        if self.first_at is None:
+            return 0.0
+        return max(0.0, self.audio_s - (time.perf_counter() - self.first_at))
+
     def urgency(self) -> tuple[int, float, float]:
         """Smaller is more urgent."""
         if self.first_at is None:

@@ -189,6 +189,26 @@ def test_a_fast_decoder_takes_fewer_larger_windows_after_the_first() -> None:
     assert {w.stop - w.start for w in fast} <= set(bucket_lengths(schedule, context))
 
 
+def test_a_later_unit_starts_with_the_core_its_budget_affords_while_others_wait() -> None:
+    """While other streams wait for a turn, a later unit's first window is no larger than
+    the audio the stream has ahead affords (a 512-frame turn would run the others dry);
+    with audio enough ahead, or nobody waiting, it starts at the schedule's largest core."""
+    schedule, context, frames = (16, 32, 64, 128, 256, 512), 11, 600
+    last = len(schedule) - 1
+
+    def first_core(contended: bool, ahead: int) -> int:
+        plan = list(
+            plan_windows(frames, schedule, context, last, None, lambda f: f // 2, contended, ahead)
+        )
+        assert plan[0].keep_from == 0 and plan[-1].keep_to == frames
+        return plan[0].keep_to - plan[0].keep_from
+
+    assert first_core(contended=True, ahead=100) == 32  # affords 50 frames
+    assert first_core(contended=True, ahead=0) == schedule[0]  # never below the first core
+    assert first_core(contended=True, ahead=2000) == 512
+    assert first_core(contended=False, ahead=0) >= 512
+
+
 VARIED = [
     "Hi.",
     "Yes",
