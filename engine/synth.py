@@ -211,6 +211,9 @@ class StreamingSynthesizer:
         self.decoder.waiting = lambda: self.turns.waiting
         self.decoder.lane = self.turns.lane
         self.stages: StageTimes | None = None  # set to profile (one stream at a time)
+        # Frontend seconds per character of a unit's text (with its context words) in
+        # each lane, measured: how long a stream's coming frontend turn will take.
+        self._frontend_s_per_char = [0.0] * len(self._frontends)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
@@ -309,8 +312,11 @@ class StreamingSynthesizer:
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(self.config.schedule) - 1
         chunks = self._unit_chunks(clause, before, after, options, sid, first_step, pace)
+        # The first turn runs the unit's frontend: ask for it that much before running dry.
+        pace.need_s = max(self._frontend_s_per_char) * len(before + clause + after)
         while not stop.stopped:
             with self.turns.turn(pace):
+                pace.need_s = 0.0
                 piece = next(chunks, None)
                 if piece is None:
                     break
@@ -361,6 +367,7 @@ class StreamingSynthesizer:
                 started = time.perf_counter()
                 z, durations = self.latent_and_durations(ids, options)
                 clock.frontend_s = time.perf_counter() - started
+                self._frontend_took(clock.frontend_s, len(before + clause + after))
                 clock.ids, clock.own_ids = len(ids), stop - start
                 frames = z.shape[2]
                 if int(durations.sum()) == frames:
@@ -388,6 +395,12 @@ class StreamingSynthesizer:
             for audio in self._timed(chunks, clock, z.shape[2]):
                 yield audio, audio[:0], False
             clock = StageTimes()  # recorded; the next part starts its own
+
+    def _frontend_took(self, seconds: float, chars: int) -> None:
+        """Follow the lane's measured frontend speed (a moving average: load varies)."""
+        lane = self.turns.lane()
+        rates = self._frontend_s_per_char
+        rates[lane] = 0.7 * rates[lane] + 0.3 * seconds / max(chars, 1)
 
     def _timed(
         self, chunks: Iterator[np.ndarray], clock: StageTimes, frames: int
@@ -456,11 +469,14 @@ class StreamingSynthesizer:
     def warm(self) -> float:
         started = time.perf_counter()
         quiet = SynthesisOptions()
-        for frontend in self._frontends:
+        for lane, frontend in enumerate(self._frontends):
             for sentence in WARM_TEXTS:
                 for clause in self.clauses(sentence):
                     ids = self.phonemizer.clause_ids(clause)
+                    began = time.perf_counter()
                     self._run_frontend([self.latent_name], ids, quiet, frontend)
+                    spent = time.perf_counter() - began
+            self._frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 

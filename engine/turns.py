@@ -6,7 +6,8 @@ several streams decode, side by side in worker lanes with a share of the threads
 Instead of a plain lock — whose order is arbitrary — waiting streams are served by
 urgency, least laxity first:
 1. a stream that has started and is about to run dry (less than `GUARD_S` of audio
-   ahead of its playback clock): an underrun is heard, so it goes first;
+   ahead of its playback clock, beyond what its next turn takes): an underrun is heard,
+   so it goes first;
 2. streams that have made no audio yet (a listener waits for first sound): the local
    speaker before clients, then oldest first;
 3. the others, least audio ahead first.
@@ -37,6 +38,9 @@ class Pace:
         self.created = time.perf_counter()
         self.first_at: float | None = None
         self.audio_s = 0.0
+        # The expected length of the stream's next turn: one that runs a unit's frontend
+        # (~0.2 s for a long unit on a one-thread lane) must start that much earlier.
+        self.need_s = 0.0
 
     def made(self, seconds: float) -> None:
         if self.first_at is None:
@@ -55,7 +59,7 @@ class Pace:
             return (1, float(self.priority), self.created)
         margin = SPEAKER_MARGIN_S if self.priority == SPEAKER else 0.0
         slack = self.audio_s - (time.perf_counter() - self.first_at) - margin
-        return (0 if slack < GUARD_S else 2, slack, self.created)
+        return (0 if slack < GUARD_S + self.need_s else 2, slack, self.created)
 
 
 class Turns:

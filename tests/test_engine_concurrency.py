@@ -63,6 +63,18 @@ def test_waiting_streams_are_served_most_urgent_first() -> None:
     assert served == ["speaker-ahead", "behind", "first-speaker", "first-client", "ahead"]
 
 
+def test_a_stream_whose_next_turn_is_long_is_urgent_that_much_earlier() -> None:
+    """A unit's frontend turn takes ~0.2 s on a one-thread lane: a stream 0.4 s ahead that
+    needs one must go before streams still waiting for first sound, or it runs dry."""
+    pace = Pace(CLIENT)
+    pace.made(0.4)
+    waiting = Pace(CLIENT)  # no audio yet
+    assert 0.3 < pace.ahead_s() <= 0.4 and waiting.ahead_s() == 0.0
+    assert pace.urgency() > waiting.urgency()  # a short next turn can wait
+    pace.need_s = 0.3
+    assert pace.urgency() < waiting.urgency()
+
+
 def test_streams_decoding_together_run_side_by_side_in_worker_lanes() -> None:
     """Several streams decoding at once take worker lanes side by side, never beside the
     primary lane; a lone stream gets the primary lane (every thread)."""
