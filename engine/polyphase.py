@@ -3,7 +3,7 @@
 A 1-D transposed convolution with stride s is s ordinary convolutions over the same input
 (one per output phase r, each taking every s-th tap of the kernel), their outputs
 interleaved. The vocoder's upsampling layers then become plain Convs, which onnxruntime
-runs with its fast (NCHWc) kernels and can quantize to INT8; ConvTranspose has neither on
+runs with its fast Conv (GEMM) kernels and can quantize to INT8; ConvTranspose has neither on
 the CPU and was ~39 % of the INT8 decoder's time. Phases whose taps reach the same input
 frames share one Conv, so no multiply is spent on a zero tap. Output equals the original
 to float rounding (tested).
