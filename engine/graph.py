@@ -115,9 +115,9 @@ def receptive_frames(decoder: onnx.ModelProto, latent: str) -> int | None:
     model = onnx.ModelProto()
     model.CopyFrom(decoder)
     graph = model.graph
-    for value in graph.input:
-        if value.name == latent:
-            dims = value.type.tensor_type.shape.dim
+    for value in graph.input:  # the latent, and a mask at its rate (the flow's)
+        dims = value.type.tensor_type.shape.dim
+        if value.name == latent or len(dims) == 3:
             dims[0].dim_value, dims[-1].dim_value = 1, _PROBE_FRAMES
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)

@@ -162,7 +162,8 @@ def _clause_latents(
 
 def latents(synth: StreamingSynthesizer, text: str) -> list[np.ndarray]:
     """The synthesizer's (fp32) frontend's z for each clause of text."""
-    return _clause_latents(synth.frontend, synth, text, SynthesisOptions())
+    whole = _frontend(synth.graph_paths["frontend"])
+    return _clause_latents(whole, synth, text, SynthesisOptions())
 
 
 def _windows(zs: list[np.ndarray], length: int) -> list[np.ndarray]:
@@ -395,8 +396,15 @@ def prepare_int8(
 
 
 def _frontend(path: Path) -> Any:
-    runtime = RuntimeConfig(provider="cpu")
-    return make_session(path, runtime, choose_provider(runtime), "frontend")
+    """A CPU session of a whole frontend graph (ids → z), reused while the file stays."""
+    key = (path, path.stat().st_mtime_ns)
+    if key not in _FRONTENDS:
+        runtime = RuntimeConfig(provider="cpu")
+        _FRONTENDS[key] = make_session(path, runtime, choose_provider(runtime), "frontend")
+    return _FRONTENDS[key]
+
+
+_FRONTENDS: dict[tuple[Path, int], Any] = {}
 
 
 def _flow_convs(path: Path) -> list[str]:
@@ -434,7 +442,8 @@ def _prepare_flow(
     if not quantize_flow(synth, split, out, CALIBRATION_TEXTS):
         return {"frontend": "fp32", "frontend_reason": "no flow convolutions found"}
     options = SynthesisOptions()
-    fp32_front, int8_front = synth.frontend, _frontend(out)  # the reference synth is fp32
+    # The reference synth is fp32; whole frontends (synth's own run the flow apart).
+    fp32_front, int8_front = _frontend(synth.graph_paths["frontend"]), _frontend(out)
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     distances, floors, timings = [], [], {"fp32": [], "int8": []}
     for text in GATE_TEXTS:

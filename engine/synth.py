@@ -16,6 +16,7 @@ import numpy as np
 from .cache import CacheConfig, PhraseCache, clear_directory
 from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
 from .errors import TextError, VoiceError
+from .flow import FlowLatent, split_flow
 from .graph import split_voice
 from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
@@ -68,6 +69,9 @@ class EngineConfig:
     # Lanes of sessions that serve several streams side by side, each on its share of
     # the threads (CPU only; turns.py); 0: one stream's turn at a time on every thread.
     workers: int = 0
+    # Run the flow (z_p → z) apart from the encoder, over the frames each window needs
+    # (flow.py); False runs the frontend whole, as before (for comparison).
+    windowed_flow: bool = True
 
 
 @dataclass
@@ -154,6 +158,12 @@ class StreamingSynthesizer:
         )
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
+        self.flow = (
+            split_flow(frontend_path, split.latent_name, split.durations_name)
+            if config.windowed_flow
+            else None
+        )
+        encoder_path = self.flow.encoder if self.flow else frontend_path
         # What runs each graph, as status reports it and the phrase cache keys audio by.
         self.precisions = {"frontend": self.frontend_precision, "decoder": self.precision}
         self.precisions_key = f"{self.precision}/frontend {self.frontend_precision}"
@@ -170,13 +180,17 @@ class StreamingSynthesizer:
         share = max(1, threads // max(workers, 1))
         single = replace(config.runtime, intra_op_threads=share)
         try:
-            self.frontend = make_session(frontend_path, config.runtime, self.choice, "frontend")
+            self.frontend = make_session(encoder_path, config.runtime, self.choice, "frontend")
+            flow_sessions = [
+                make_session(self.flow.flow, runtime, self.choice, "frontend")
+                for runtime in ([config.runtime] + [single] * workers if self.flow else [])
+            ]
             decoder_session = make_session(
                 decoder_path, config.runtime, self.choice, "decoder", profile
             )
             lanes = [
                 (
-                    make_session(frontend_path, single, self.choice, "frontend"),
+                    make_session(encoder_path, single, self.choice, "frontend"),
                     make_session(decoder_path, single, self.choice, "decoder", profile),
                 )
                 for _ in range(workers)
@@ -184,6 +198,7 @@ class StreamingSynthesizer:
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise VoiceError(f"cannot load voice {voice.model_path}: {exc}") from exc
         self._frontends = [self.frontend, *(front for front, _ in lanes)]
+        self._flows = flow_sessions  # per lane, like the frontends (none: runs whole)
         # What really runs each graph (the frontend never goes to TensorRT).
         self.providers = {
             "frontend": provider_name(self.frontend),
@@ -266,16 +281,51 @@ class StreamingSynthesizer:
         session = frontend or self._frontends[self.turns.lane()]
         return session.run(outputs, self.frontend_feeds(ids, options))
 
+    def _prior(
+        self, ids: list[int], options: SynthesisOptions, durations: bool, frontend: Any = None
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """(z_p, mask, durations) from the encoder, or (z, None, durations) where the
+        frontend runs whole; durations only when asked (the voice must have them)."""
+        names = [self.flow.prior, self.flow.mask] if self.flow else [self.latent_name]
+        if durations:
+            assert self.durations_name is not None
+            names.append(self.durations_name)
+        out = self._run_frontend(names, ids, options, frontend)
+        frames = out[-1].reshape(-1).astype(np.int64) if durations else None
+        return out[0], out[1] if self.flow else None, frames
+
+    def _run_flow(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The flow session of the calling turn's lane on frames of z_p."""
+        return self._flow_on(self.turns.lane(), prior, mask)
+
+    def _flow_on(self, lane: int, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        assert self.flow is not None
+        feeds = {
+            self.flow.prior: np.ascontiguousarray(prior),
+            self.flow.mask: np.ascontiguousarray(mask),
+        }
+        return self._flows[lane].run([self.latent_name], feeds)[0]
+
+    def _latent(
+        self, prior: np.ndarray, mask: np.ndarray | None, reads: tuple[int, int], small_first: bool
+    ) -> np.ndarray | FlowLatent:
+        """z for the decoder: made by the flow as windows read it (frames `reads` of it,
+        the first window alone when `small_first`), or z itself from a whole frontend."""
+        if mask is None or self.flow is None:
+            return prior
+        return FlowLatent(self._run_flow, prior, mask, self.flow.context, reads, small_first)
+
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
-        return self._run_frontend([self.latent_name], ids, options)[0]
+        prior, mask, _ = self._prior(ids, options, durations=False)
+        return prior if mask is None else self._run_flow(prior, mask)
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
     ) -> tuple[np.ndarray, np.ndarray]:
         """z and the frames each id lasts (the voice must have durations)."""
-        assert self.durations_name is not None
-        z, durations = self._run_frontend([self.latent_name, self.durations_name], ids, options)
-        return z, durations.reshape(-1).astype(np.int64)
+        prior, mask, durations = self._prior(ids, options, durations=True)
+        assert durations is not None
+        return (prior if mask is None else self._run_flow(prior, mask)), durations
 
     def _clause_audio(
         self,
@@ -365,34 +415,45 @@ class StreamingSynthesizer:
             clock.phonemize_s = time.perf_counter() - started
             if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
                 started = time.perf_counter()
-                z, durations = self.latent_and_durations(ids, options)
+                prior, mask, durations = self._prior(ids, options, durations=True)
+                assert durations is not None
                 clock.frontend_s = time.perf_counter() - started
-                self._frontend_took(clock.frontend_s, len(before + clause + after))
                 clock.ids, clock.own_ids = len(ids), stop - start
-                frames = z.shape[2]
+                frames = prior.shape[2]
                 if int(durations.sum()) == frames:
                     lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
                     hop = self.voice.hop_length
                     span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
                     crop = SampleCrop(span)
                     keep = (span.decode_from, span.decode_to)
+                    # The flow runs only over the frames the windows read: not over the
+                    # context words' own.
+                    reads = (span.decode_from - self.context, span.decode_to + self.context)
+                    z = self._latent(prior, mask, reads, small_first=first_step == 0)
                     chunks = self.decoder.stream(z, sid, first_step, keep, pace.ahead_s)
-                    for audio in self._timed(chunks, clock, span.decode_to - span.decode_from):
+                    chars = len(before + clause + after)
+                    timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
+                    for audio in timed:
+                        if chars:  # the unit's first turn: its frontend work, flow included
+                            self._frontend_took(clock.frontend_s + _flow_s(z), chars)
+                            chars = 0
                         yield *crop.take(audio), span.joins_previous
                     return
+                self._frontend_took(clock.frontend_s, len(before + clause + after))
         last_step = len(self.config.schedule) - 1
         started = time.perf_counter()
         parts = self.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
         clock.phonemize_s += time.perf_counter() - started
         for part, ids in enumerate(parts):
             started = time.perf_counter()
-            z = self.latent(ids, options)
+            prior, mask, _ = self._prior(ids, options, durations=False)
             clock.frontend_s += time.perf_counter() - started
             clock.ids += len(ids)
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step
+            z = self._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
             chunks = self.decoder.stream(z, sid, step, ahead=pace.ahead_s)
-            for audio in self._timed(chunks, clock, z.shape[2]):
+            for audio in self._timed(chunks, clock, z.shape[2], z):
                 yield audio, audio[:0], False
             clock = StageTimes()  # recorded; the next part starts its own
 
@@ -403,9 +464,14 @@ class StreamingSynthesizer:
         rates[lane] = 0.7 * rates[lane] + 0.3 * seconds / max(chars, 1)
 
     def _timed(
-        self, chunks: Iterator[np.ndarray], clock: StageTimes, frames: int
+        self,
+        chunks: Iterator[np.ndarray],
+        clock: StageTimes,
+        frames: int,
+        z: np.ndarray | FlowLatent,
     ) -> Iterator[np.ndarray]:
-        """Decoder time and frames into the attached profile (when there is one)."""
+        """Decoder time and frames into the attached profile (when there is one); the
+        flow runs inside the decoder's windows but counts as frontend."""
         if self.stages is None:
             yield from chunks
             return
@@ -417,6 +483,8 @@ class StreamingSynthesizer:
             if audio is None:
                 break
             yield audio
+        clock.decoder_s -= _flow_s(z)
+        clock.frontend_s += _flow_s(z)
         clock.frames += frames
         clock.decoded_frames += self.decoder.frames_fed - fed
         if self.stages is not None:
@@ -474,7 +542,11 @@ class StreamingSynthesizer:
                 for clause in self.clauses(sentence):
                     ids = self.phonemizer.clause_ids(clause)
                     began = time.perf_counter()
-                    self._run_frontend([self.latent_name], ids, quiet, frontend)
+                    prior, mask, _ = self._prior(ids, quiet, durations=False, frontend=frontend)
+                    if mask is not None:  # the flow, whole and over a first window
+                        self._flow_on(lane, prior, mask)
+                        first = min(64, prior.shape[2])
+                        self._flow_on(lane, prior[:, :, :first], mask[:, :, :first])
                     spent = time.perf_counter() - began
             self._frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
         self.decoder.warm(self.voice.speaker_id(None))
@@ -495,3 +567,8 @@ class StreamingSynthesizer:
                 pass
             count += len(units)
         return count
+
+
+def _flow_s(z: np.ndarray | FlowLatent) -> float:
+    """Seconds the flow has run for this latent (0 for z from a whole frontend)."""
+    return z.spent_s if isinstance(z, FlowLatent) else 0.0

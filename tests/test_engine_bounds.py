@@ -12,12 +12,15 @@ QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 
 @pytest.fixture
 def frontend_calls(synth):
-    """Ids per frontend call, recorded by wrapping the synthesizer's latent()."""
+    """Ids per frontend call, recorded by wrapping the synthesizer's encoder run."""
     calls: list[int] = []
-    latent = synth.latent
-    synth.latent = lambda ids, options: (calls.append(len(ids)), latent(ids, options))[1]
+    prior = synth._prior
+    synth._prior = lambda ids, *args, **kwargs: (
+        calls.append(len(ids)),
+        prior(ids, *args, **kwargs),
+    )[1]
     yield calls
-    del synth.latent
+    del synth._prior
 
 
 def test_a_normal_unit_is_one_part_with_the_same_ids(synth) -> None:

@@ -1,0 +1,88 @@
+"""The frontend split at the flow (engine/flow.py): the flow runs over the frames the
+decoder's windows read, and the audio is the same as from the whole frontend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
+from magpie_tts.engine.flow import FlowLatent, find_flow_cut
+
+QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+# A cut first unit (no comma in 12 words), then a later sentence: both context paths.
+TEXT = (
+    "The weather in Boston this afternoon will stay mostly sunny with a gentle breeze "
+    "from the west. Tomorrow brings rain."
+)
+
+
+@pytest.fixture(scope="module")
+def whole(voice, synth) -> StreamingSynthesizer:
+    """The same engine with the frontend run whole (the flow over every frame at once)."""
+    return StreamingSynthesizer(voice, dataclasses.replace(synth.config, windowed_flow=False))
+
+
+def test_the_voice_splits_at_the_flow_with_its_receptive_field(synth) -> None:
+    assert synth.flow is not None
+    assert synth.flow.context == 32  # 4 coupling layers × 4 WaveNet layers × (5 - 1) / 2
+    encoder = onnx.load(str(synth.flow.encoder), load_external_data=False)
+    outputs = {o.name for o in encoder.graph.output}
+    assert {synth.flow.prior, synth.flow.mask, synth.durations_name} <= outputs
+
+
+def test_a_graph_without_a_flow_is_not_cut(synth) -> None:
+    decoder = onnx.load(str(synth.graph_paths["decoder"]))
+    assert find_flow_cut(decoder, decoder.graph.output[0].name) is None
+
+
+@pytest.mark.parametrize("text", ["Hi.", "Turning off the lights in the kitchen.", TEXT])
+def test_windowed_flow_audio_equals_the_whole_frontend(synth, whole, text: str) -> None:
+    windowed = np.concatenate([c.pcm for c in synth.stream(text, QUIET)])
+    reference = np.concatenate([c.pcm for c in whole.stream(text, QUIET)])
+    assert len(windowed) == len(reference)
+    # Exact up to float rounding in the flow's convolutions (measured: identical samples).
+    assert np.max(np.abs(windowed.astype(np.int32) - reference)) <= 1
+
+
+def test_the_first_read_runs_the_flow_over_its_window_only(synth) -> None:
+    ids = synth.phonemizer.clause_ids(TEXT)
+    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
+    reference = synth._run_flow(prior, mask)
+    frames = prior.shape[2]
+    runs: list[int] = []
+
+    def run(p: np.ndarray, m: np.ndarray) -> np.ndarray:
+        runs.append(p.shape[2])
+        return synth._run_flow(p, m)
+
+    # Float rounding differs with the run's length (~1e-4); 8 frames too little context
+    # measured 1e-3, 16 too little 2e-2: 5e-4 tells them apart.
+    z = FlowLatent(run, prior, mask, synth.flow.context, (0, frames), small_first=True)
+    assert z.shape == reference.shape
+    first = z[:, :, 0:27]
+    assert runs == [27 + synth.flow.context]  # the first sound waits for 59 frames of flow
+    np.testing.assert_allclose(first, reference[:, :, 0:27], atol=5e-4)
+    rest = z[:, :, 5 : frames + 40]  # overlapping, and past the end as padded windows read
+    assert len(runs) == 2 and sum(runs) < frames + 3 * synth.flow.context
+    np.testing.assert_allclose(rest, reference[:, :, 5:], atol=5e-4)
+    z[:, :, 100:200]  # all made: no more runs
+    assert len(runs) == 2
+
+
+def test_the_flow_skips_frames_no_window_reads(synth) -> None:
+    ids = synth.phonemizer.clause_ids(TEXT)
+    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
+    reference = synth._run_flow(prior, mask)
+    runs: list[int] = []
+
+    def run(p: np.ndarray, m: np.ndarray) -> np.ndarray:
+        runs.append(p.shape[2])
+        return synth._run_flow(p, m)
+
+    z = FlowLatent(run, prior, mask, synth.flow.context, (100, 180), small_first=False)
+    np.testing.assert_allclose(z[:, :, 100:140], reference[:, :, 100:140], atol=5e-4)
+    np.testing.assert_allclose(z[:, :, 140:180], reference[:, :, 140:180], atol=5e-4)
+    assert runs == [80 + 2 * synth.flow.context]  # one run, over the reads and context
