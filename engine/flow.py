@@ -188,6 +188,15 @@ class FlowLatent:
                 self._make(made_to, max(stop, self._hi))
         return self._z[key]
 
+    def whole_s(self) -> float:
+        """Seconds one flow run over every frame read would take, from the runs so far
+        (the flow's cost is linear in frames): what a unit's first turn costs when it
+        does not start small."""
+        if not self.spent_frames:
+            return 0.0
+        frames = min(self._hi + self._context, self.shape[2]) - max(self._lo - self._context, 0)
+        return self.spent_s * frames / self.spent_frames
+
     def _make(self, start: int, stop: int) -> None:
         """Run the flow over [start, stop) with its context; keep those frames."""
         frames = self.shape[2]

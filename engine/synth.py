@@ -434,8 +434,9 @@ class StreamingSynthesizer:
                     chars = len(before + clause + after)
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
                     for audio in timed:
-                        if chars:  # the unit's first turn: its frontend work, flow included
-                            self._frontend_took(clock.frontend_s + _flow_s(z), chars)
+                        if chars:  # the unit's first turn: its frontend, the whole flow
+                            flow_s = z.whole_s() if isinstance(z, FlowLatent) else 0.0
+                            self._frontend_took(clock.frontend_s + flow_s, chars)
                             chars = 0
                         yield *crop.take(audio), span.joins_previous
                     return
@@ -545,9 +546,10 @@ class StreamingSynthesizer:
                     prior, mask, _ = self._prior(ids, quiet, durations=False, frontend=frontend)
                     if mask is not None:  # the flow, whole and over a first window
                         self._flow_on(lane, prior, mask)
+                    spent = time.perf_counter() - began  # a later unit's first turn
+                    if mask is not None:
                         first = min(64, prior.shape[2])
                         self._flow_on(lane, prior[:, :, :first], mask[:, :, :first])
-                    spent = time.perf_counter() - began
             self._frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000

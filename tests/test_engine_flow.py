@@ -86,3 +86,17 @@ def test_the_flow_skips_frames_no_window_reads(synth) -> None:
     np.testing.assert_allclose(z[:, :, 100:140], reference[:, :, 100:140], atol=5e-4)
     np.testing.assert_allclose(z[:, :, 140:180], reference[:, :, 140:180], atol=5e-4)
     assert runs == [80 + 2 * synth.flow.context]  # one run, over the reads and context
+
+
+def test_a_small_first_read_reports_the_whole_flows_cost(synth) -> None:
+    """The pacing needs what a later unit's first turn costs (the flow over all its
+    frames), not the small first window's share."""
+    ids = synth.phonemizer.clause_ids(TEXT)
+    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
+    frames = prior.shape[2]
+    z = FlowLatent(synth._run_flow, prior, mask, synth.flow.context, (0, frames), True)
+    assert z.whole_s() == 0.0  # nothing run yet
+    z[:, :, 0:27]
+    assert z.spent_frames == 27 + synth.flow.context
+    assert z.whole_s() == pytest.approx(z.spent_s * frames / z.spent_frames)
+    assert z.whole_s() > 2 * z.spent_s
