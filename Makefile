@@ -7,6 +7,7 @@ TEST_APT_PACKAGES := pv pulseaudio libasound2-plugins
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 SYSTEM_STAMP := $(VENV)/.installed-system
+BENCH_STAMP := $(VENV)/.installed-bench
 SAY_TEXT ?= Hello! Magpie is ready. It is 22°C outside, and your timer ends at 6:30.
 
 .PHONY: run test lint bench prepare-int8 install-cuda install-service clean
@@ -41,8 +42,14 @@ lint: $(TEST_STAMP)
 prepare-int8: $(TEST_STAMP)
 	$(BIN)/magpie-tts prepare
 
-bench: $(RUNTIME_STAMP)
+$(BENCH_STAMP): pyproject.toml $(TEST_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@touch $@
+
+# The peers (piper-tts and its HTTP server), then the in-process and HTTP benches.
+bench: $(BENCH_STAMP)
 	$(BIN)/magpie-tts bench
+	$(BIN)/magpie-tts bench --concurrency 1,5,10
 
 # GPU: onnxruntime-gpu must own the onnxruntime module (CUDA_MAJOR=12|13, JETSON_INDEX=...).
 install-cuda: $(RUNTIME_STAMP)
