@@ -76,6 +76,9 @@ class EngineSection(_Section):
     # clients on a small board (+530 MB); 0: one stream's turn at a time.
     workers: int = Field(0, ge=0, le=8)
     int8: Literal["auto", "fp32", "int8"] = "auto"
+    # The flow runs only over the frames each decoder window reads (first sound sooner,
+    # same audio); false: the whole frontend runs before the first window.
+    windowed_flow: bool = True
     # Phrase cache: hot phrases only (configured, marked `cache: true`, or repeated).
     cache_mb: float = Field(8.0, ge=0)  # in memory; 0 disables the cache
     cache_disk: bool = False  # also keep cached phrases in state_dir/phrases

@@ -26,10 +26,13 @@ DEFAULT_CONTEXT = 16  # where the graph does not tell its receptive field
 # these 18; every 32 frames gives 18 % for a third more warm-up). Each is warmed at start.
 BUCKET_STEP = 64
 # A window after the first may take this share of the audio already made to decode: the
-# rest is margin for other streams' turns (turns.py) and for a busy board. Measured: 0.5
-# decodes the short / medium bench texts in 12 % / 9 % fewer frames than 0.25 (a unit's
-# rest after its first chunk in one window, not two); 0.75 no fewer than 0.5.
+# rest is margin for other streams' turns (turns.py) and for a busy board. Measured, one
+# stream: 0.5 decodes the short / medium bench texts in 12 % / 9 % fewer frames than 0.25
+# (a unit's rest after its first chunk in one window, not two), 0.91x / 0.94x the time
+# (paired); 0.75 no fewer frames. While others wait, 0.5 made longer turns: ten HTTP
+# streams ran dry 11/20 times against 2-5/20 with 0.25.
 AFFORD_SHARE = 0.5
+AFFORD_SHARE_CONTENDED = 0.25
 
 
 @dataclass(frozen=True)
@@ -271,11 +274,13 @@ class ChunkedDecoder:
         self._seconds_per_frame[lane] = min(timings) / largest
 
     def affordable_core(self, frames_ahead: int) -> int:
-        """Largest core whose window decodes in AFFORD_SHARE of the audio already made,
-        shared with the streams waiting for a turn."""
+        """Largest core whose window decodes in a share of the audio already made (a
+        smaller one while other streams wait), split among the streams waiting."""
         if not self.seconds_per_frame:
             return 0
-        budget_s = AFFORD_SHARE * frames_ahead * self.frame_s / (1 + self.waiting())
+        waiting = self.waiting()
+        share = AFFORD_SHARE_CONTENDED if waiting else AFFORD_SHARE
+        budget_s = share * frames_ahead * self.frame_s / (1 + waiting)
         return int(budget_s / self.seconds_per_frame) - 2 * self.context
 
     def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:
