@@ -20,6 +20,7 @@ from magpie_tts.engine.quantize import (
     _decode,
     _decoder,
     _frontend,
+    _pick,
     _quantize,
     _windows,
     gate_verdict,
@@ -167,3 +168,16 @@ def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir,
             _decode(synth.decoder, z_fp32), _decode(synth.decoder, z_int8), voice.sample_rate
         )
         assert distance < MAX_LOG_MEL_DB
+
+
+def test_quality_decides_between_candidates_tied_on_speed() -> None:
+    def entry(good: bool, slowness: float, name: str, distance: float) -> tuple:
+        return (not good, slowness if good else distance, 0, name, None, distance, -75.0)
+
+    fastest = entry(True, 0.80, "fastest", 2.7)
+    closer = entry(True, 0.88, "closer", 1.3)  # within 15 % of the fastest: a tie
+    slow = entry(True, 0.95, "slow", 1.0)  # closest of all, but clearly slower
+    hiss = entry(False, 0.5, "hiss", 5.0)
+    assert _pick([fastest, closer, slow, hiss])[3] == "closer"
+    assert _pick([fastest, slow, hiss])[3] == "fastest"
+    assert _pick([hiss, entry(False, 0.6, "less", 4.5)])[3] == "less"  # none passes
