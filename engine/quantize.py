@@ -194,15 +194,6 @@ def _decode(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
     return np.concatenate([chunk.copy() for chunk in decoder.stream(z)])
 
 
-def _static_qdq(
-    model: Path, out: Path, feeds: list[dict[str, np.ndarray]], method: CalibrationMethod, **extra
-) -> None:
-    """Static QDQ of Convs with the combination onnxruntime's CPU kernels make fast: u8
-    activations, per-channel s8 weights."""
-    with _quiet_quantizer():
-        _quantize_static(model, out, feeds, method, **extra)
-
-
 class _NoPreprocessHint(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "pre-processing" not in record.getMessage()
@@ -222,21 +213,24 @@ def _quiet_quantizer() -> Iterator[None]:
         logging.getLogger().removeFilter(hint)
 
 
-def _quantize_static(
+def _static_qdq(
     model: Path, out: Path, feeds: list[dict[str, np.ndarray]], method: CalibrationMethod, **extra
 ) -> None:
-    quantize_static(
-        str(model),
-        str(out),
-        _FeedReader(feeds),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["Conv"],
-        calibrate_method=method,
-        **extra,
-    )
+    """Static QDQ of Convs with the combination onnxruntime's CPU kernels make fast: u8
+    activations, per-channel s8 weights."""
+    with _quiet_quantizer():
+        quantize_static(
+            str(model),
+            str(out),
+            _FeedReader(feeds),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            op_types_to_quantize=["Conv"],
+            calibrate_method=method,
+            **extra,
+        )
 
 
 def _quantize(

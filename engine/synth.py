@@ -315,9 +315,13 @@ class StreamingSynthesizer:
             return prior
         return FlowLatent(self._run_flow, prior, mask, self.flow.context, reads, small_first)
 
+    def _whole_latent(self, prior: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """z over every frame at once: the flow run whole (or z from a whole frontend)."""
+        return prior if mask is None else self._run_flow(prior, mask)
+
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
         prior, mask, _ = self._prior(ids, options, durations=False)
-        return prior if mask is None else self._run_flow(prior, mask)
+        return self._whole_latent(prior, mask)
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
@@ -325,7 +329,7 @@ class StreamingSynthesizer:
         """z and the frames each id lasts (the voice must have durations)."""
         prior, mask, durations = self._prior(ids, options, durations=True)
         assert durations is not None
-        return (prior if mask is None else self._run_flow(prior, mask)), durations
+        return self._whole_latent(prior, mask), durations
 
     def _clause_audio(
         self,
@@ -435,8 +439,7 @@ class StreamingSynthesizer:
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
                     for audio in timed:
                         if chars:  # the unit's first turn: its frontend, the whole flow
-                            flow_s = z.whole_s() if isinstance(z, FlowLatent) else 0.0
-                            self._frontend_took(clock.frontend_s + flow_s, chars)
+                            self._frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
                             chars = 0
                         yield *crop.take(audio), span.joins_previous
                     return
@@ -574,3 +577,8 @@ class StreamingSynthesizer:
 def _flow_s(z: np.ndarray | FlowLatent) -> float:
     """Seconds the flow has run for this latent (0 for z from a whole frontend)."""
     return z.spent_s if isinstance(z, FlowLatent) else 0.0
+
+
+def _whole_flow_s(z: np.ndarray | FlowLatent) -> float:
+    """Seconds the flow takes over all this latent's reads (0 from a whole frontend)."""
+    return z.whole_s() if isinstance(z, FlowLatent) else 0.0
