@@ -79,6 +79,9 @@ class EngineSection(_Section):
     # The flow runs only over the frames each decoder window reads (first sound sooner,
     # same audio); false: the whole frontend runs before the first window.
     windowed_flow: bool = True
+    # Noise per unit from its phonemes and this seed: the same text always sounds the
+    # same (reproducible bug reports, tests). Unset: fresh noise each time, as Piper.
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)
     # Phrase cache: hot phrases only (configured, marked `cache: true`, or repeated).
     cache_mb: float = Field(8.0, ge=0)  # in memory; 0 disables the cache
     cache_disk: bool = False  # also keep cached phrases in state_dir/phrases

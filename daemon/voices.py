@@ -44,6 +44,7 @@ def engine_config(config: Config) -> EngineConfig:
         context=section.context_frames,
         workers=section.workers,
         windowed_flow=section.windowed_flow,
+        seed=section.seed,
         text=text_policy(config),
         cache=CacheConfig(
             memory_bytes=int(section.cache_mb * 1024 * 1024),

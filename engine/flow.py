@@ -13,6 +13,13 @@ The cut is found structurally: z_p is the prior's sample (the Add of the mean an
 scaled RandomNormalLike noise that reaches z), the mask is the other input of the Mul
 that makes z. The split is checked (the flow must need nothing else) and cached beside
 the frontend it came from; a graph where any of that fails keeps the whole frontend.
+
+The encoder draws no noise of its own: onnxruntime's random ops cannot be seeded per
+run, so the same text would never sound the same twice, nor would a test's. It outputs
+the prior's mean and scale (z_p = mean + noise × scale is made by the caller), and
+every other noise (the stochastic duration predictor's) becomes an input of a shape
+learned from probe runs: (fixed dims..., phoneme ids). With noise off the split
+encoder and flow must reproduce the whole frontend, or the frontend runs whole.
 """
 
 from __future__ import annotations
@@ -22,33 +29,66 @@ import logging
 import os
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnx.utils
+import onnxruntime as ort
 
 from .graph import receptive_frames
 
 log = logging.getLogger(__name__)
 
-FLOW_FORMAT = 1
+FLOW_FORMAT = 2  # 2: the encoder takes its noise as inputs
 FlowRun = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (z_p, mask) windows → z
+Probe = tuple[int, dict[str, np.ndarray]]  # phoneme ids in it, frontend feeds (noise off)
+PRIOR_SCALE = "magpie_prior_scale"
 
 
 @dataclass(frozen=True)
 class FlowSplit:
-    encoder: Path  # ids → z_p, mask (and durations)
+    encoder: Path  # ids, noises → prior mean and scale, mask (and durations)
     flow: Path  # z_p, mask → z
-    prior: str  # z_p
+    prior: str  # z_p, the flow's input
     mask: str
     context: int  # frames of z_p on either side that reach one frame of z
+    mean: str  # z_p = mean + standard normal noise × scale
+    scale: str
+    noises: tuple[tuple[str, tuple[int, ...]], ...]  # encoder inputs: (name, dims before ids)
+
+    def noise_feeds(self, ids: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {
+            name: rng.standard_normal((*dims, ids), dtype=np.float32) for name, dims in self.noises
+        }
+
+    def sample(self, mean: np.ndarray, scale: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return mean + rng.standard_normal(mean.shape, dtype=np.float32) * scale
 
 
-def find_flow_cut(model: onnx.ModelProto, latent: str) -> tuple[str, str] | None:
-    """(z_p, mask) of a VITS frontend whose output is z, or None."""
+def unit_noise(seed: int | None, ids: list[int]) -> np.random.Generator:
+    """The noise a unit is spoken with: from its phoneme ids and `seed` (the same unit,
+    the same sound; two frontends given one seed hear the same noise), or fresh."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([seed, zlib.crc32(np.asarray(ids, dtype=np.int64).tobytes())])
+
+
+@dataclass(frozen=True)
+class PriorCut:
+    prior: str  # z_p
+    mask: str
+    noise: str  # the RandomNormalLike node that draws z_p's noise
+    factors: tuple[str, ...]  # what that noise is multiplied by (exp(logs_p), noise scale)
+    mean: str  # what the scaled noise is added to (m_p)
+
+
+def find_flow_cut(model: onnx.ModelProto, latent: str) -> PriorCut | None:
+    """Where a VITS frontend whose output is z splits at its flow, or None."""
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -62,16 +102,22 @@ def find_flow_cut(model: onnx.ModelProto, latent: str) -> tuple[str, str] | None
     for node in graph.node:
         if node.op_type != "RandomNormalLike":
             continue
-        tensor = node.output[0]
+        tensor, factors = node.output[0], []
         while True:  # noise × exp(logs_p) × noise scale, then + m_p
             following = consumers.get(tensor, [])
             if len(following) != 1 or following[0].op_type not in ("Mul", "Add"):
                 break
-            tensor = following[0].output[0]
-            if following[0].op_type == "Add":
-                if tensor in upstream:
-                    return tensor, last.input[1]
+            step = following[0]
+            other = [name for name in step.input if name != tensor]
+            if len(other) != 1:
                 break
+            tensor = step.output[0]
+            if step.op_type == "Mul":
+                factors.append(other[0])
+                continue
+            if tensor in upstream and factors:
+                return PriorCut(tensor, last.input[1], node.name, tuple(factors), other[0])
+            break
     return None
 
 
@@ -86,8 +132,11 @@ def _ancestors(tensor: str, producers: dict[str, onnx.NodeProto]) -> set[str]:
     return seen
 
 
-def split_flow(frontend: Path, latent: str, durations: str | None) -> FlowSplit | None:
-    """The cached encoder/flow split of `frontend` (built once per file), or None."""
+def split_flow(
+    frontend: Path, latent: str, durations: str | None, probes: list[Probe]
+) -> FlowSplit | None:
+    """The cached encoder/flow split of `frontend` (built once per file), or None.
+    `probes`: two or more inputs of different lengths, to learn and check the split."""
     stem = frontend.with_suffix("")
     encoder, flow = Path(f"{stem}.encoder.onnx"), Path(f"{stem}.flow.onnx")
     meta_path = Path(f"{stem}.flow.json")
@@ -99,19 +148,41 @@ def split_flow(frontend: Path, latent: str, durations: str | None) -> FlowSplit 
             if meta.get("prior") is None:
                 return None
             if encoder.is_file() and flow.is_file():
-                return FlowSplit(encoder, flow, meta["prior"], meta["mask"], meta["context"])
-    except (OSError, ValueError):
+                noises = tuple((name, tuple(dims)) for name, dims in meta["noises"])
+                return FlowSplit(
+                    encoder,
+                    flow,
+                    meta["prior"],
+                    meta["mask"],
+                    meta["context"],
+                    meta["mean"],
+                    meta["scale"],
+                    noises,
+                )
+    except (OSError, ValueError, KeyError, TypeError):
         pass
-    result = _build(frontend, latent, durations, encoder, flow)
-    record = {"format": FLOW_FORMAT, "source": stamp, "prior": None}
+    result = _build(frontend, latent, durations, encoder, flow, probes)
+    record: dict[str, Any] = {"format": FLOW_FORMAT, "source": stamp, "prior": None}
     if result is not None:
-        record.update(prior=result.prior, mask=result.mask, context=result.context)
+        record.update(
+            prior=result.prior,
+            mask=result.mask,
+            context=result.context,
+            mean=result.mean,
+            scale=result.scale,
+            noises=[[name, list(dims)] for name, dims in result.noises],
+        )
     meta_path.write_text(json.dumps(record))
     return result
 
 
 def _build(
-    frontend: Path, latent: str, durations: str | None, encoder: Path, flow: Path
+    frontend: Path,
+    latent: str,
+    durations: str | None,
+    encoder: Path,
+    flow: Path,
+    probes: list[Probe],
 ) -> FlowSplit | None:
     try:
         model = onnx.load(str(frontend))
@@ -122,28 +193,93 @@ def _build(
     if cut is None:
         log.info("%s: no flow found; the frontend runs whole", frontend.name)
         return None
-    prior, mask = cut
-    inputs = [i.name for i in model.graph.input]
+    noises = [
+        n for n in model.graph.node if n.op_type == "RandomNormalLike" and n.name != cut.noise
+    ]
+    scale = cut.factors[0]
+    for index, factor in enumerate(cut.factors[1:]):  # one tensor: the noise's whole scale
+        product = f"{PRIOR_SCALE}_{index}" if index < len(cut.factors) - 2 else PRIOR_SCALE
+        model.graph.node.append(onnx.helper.make_node("Mul", [scale, factor], [product]))
+        model.graph.value_info.append(  # the extractor looks tensors up here
+            onnx.helper.make_tensor_value_info(product, onnx.TensorProto.FLOAT, None)
+        )
+        scale = product
+    inputs = [i.name for i in model.graph.input] + [n.output[0] for n in noises]
     with tempfile.TemporaryDirectory(dir=frontend.parent) as tmp:
         encoder_tmp, flow_tmp = Path(tmp) / "encoder.onnx", Path(tmp) / "flow.onnx"
         extractor = onnx.utils.Extractor(model)
-        outputs = [prior, mask] + ([durations] if durations else [])
-        flow_model = extractor.extract_model([prior, mask], [latent])
+        outputs = [cut.mean, scale, cut.mask] + ([durations] if durations else [])
+        flow_model = extractor.extract_model([cut.prior, cut.mask], [latent])
         try:
             onnx.checker.check_model(flow_model)  # the flow needs nothing but its cut
         except onnx.checker.ValidationError as exc:
             log.info("%s: the flow needs more than its cut (%s); runs whole", frontend.name, exc)
             return None
-        context = receptive_frames(flow_model, prior)
+        context = receptive_frames(flow_model, cut.prior)
         if context is None:
             log.info("%s: the flow's receptive field is unreadable; runs whole", frontend.name)
             return None
+        noise_dims = _noise_dims(extractor, [n.output[0] for n in noises], probes)
+        if noise_dims is None:
+            log.info("%s: a noise's shape is not (dims..., ids); runs whole", frontend.name)
+            return None
         onnx.save(extractor.extract_model(inputs, outputs), str(encoder_tmp))
         onnx.save(flow_model, str(flow_tmp))
+        split = FlowSplit(
+            encoder, flow, cut.prior, cut.mask, context, cut.mean, scale, tuple(noise_dims)
+        )
+        error = _mismatch(
+            frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
+        )
+        if error is not None:
+            log.info(
+                "%s: split differs from the whole frontend (%s); runs whole", frontend.name, error
+            )
+            return None
         os.replace(encoder_tmp, encoder)
         os.replace(flow_tmp, flow)
-    log.info("%s: flow split at %s (receptive field %d frames)", frontend.name, prior, context)
-    return FlowSplit(encoder, flow, prior, mask, context)
+    log.info("%s: flow split at %s (receptive field %d frames)", frontend.name, cut.prior, context)
+    return split
+
+
+def _noise_dims(
+    extractor: onnx.utils.Extractor, names: list[str], probes: list[Probe]
+) -> list[tuple[str, tuple[int, ...]]] | None:
+    """Each noise's dims before its last, which must be the probe's phoneme ids."""
+    if not names:
+        return []
+    model = extractor.extract_model([i.name for i in extractor.model.graph.input], names)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    found: dict[str, set[tuple[int, ...]]] = {name: set() for name in names}
+    for ids, feeds in probes:
+        for name, value in zip(names, session.run(names, feeds), strict=True):
+            if value.shape[-1] != ids:
+                return None
+            found[name].add(tuple(value.shape[:-1]))
+    if any(len(shapes) != 1 for shapes in found.values()):
+        return None
+    return [(name, found[name].pop()) for name in names]
+
+
+def _mismatch(frontend: Path, latent: str, split: FlowSplit, probes: list[Probe]) -> str | None:
+    """None if encoder + flow give the whole frontend's z with noise off, else why not."""
+    cpu = ["CPUExecutionProvider"]
+    whole = ort.InferenceSession(str(frontend), providers=cpu)
+    encoder = ort.InferenceSession(str(split.encoder), providers=cpu)
+    flow = ort.InferenceSession(str(split.flow), providers=cpu)
+    rng = np.random.default_rng(0)
+    for ids, feeds in probes:
+        reference = whole.run([latent], feeds)[0]
+        noise = split.noise_feeds(ids, rng)
+        mean, scale, mask = encoder.run([split.mean, split.scale, split.mask], {**feeds, **noise})
+        prior = split.sample(mean, scale, rng)  # noise scale 0: the mean
+        z = flow.run([latent], {split.prior: prior, split.mask: mask})[0]
+        if z.shape != reference.shape:
+            return f"shape {z.shape} vs {reference.shape}"
+        error = float(np.max(np.abs(z - reference)))
+        if error > 1e-3:
+            return f"max |Δz| {error:.2g}"
+    return None
 
 
 class FlowLatent:

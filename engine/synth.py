@@ -16,7 +16,7 @@ import numpy as np
 from .cache import CacheConfig, PhraseCache, clear_directory
 from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
 from .errors import TextError, VoiceError
-from .flow import FlowLatent, split_flow
+from .flow import FlowLatent, split_flow, unit_noise
 from .graph import split_voice
 from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
@@ -72,6 +72,9 @@ class EngineConfig:
     # Run the flow (z_p → z) apart from the encoder, over the frames each window needs
     # (flow.py); False runs the frontend whole, as before (for comparison).
     windowed_flow: bool = True
+    # Noise per unit from its phoneme ids and this seed: the same text, the same audio
+    # (tests, bug reports). None: fresh noise every time, as Piper does.
+    seed: int | None = None
 
 
 @dataclass
@@ -159,7 +162,7 @@ class StreamingSynthesizer:
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
         self.flow = (
-            split_flow(frontend_path, split.latent_name, split.durations_name)
+            split_flow(frontend_path, split.latent_name, split.durations_name, self.flow_probes())
             if config.windowed_flow
             else None
         )
@@ -274,25 +277,35 @@ class StreamingSynthesizer:
             feeds["sid"] = np.array([sid], dtype=np.int64)
         return feeds
 
-    def _run_frontend(
-        self, outputs: list[str], ids: list[int], options: SynthesisOptions, frontend: Any = None
-    ) -> list[np.ndarray]:
-        """The frontend session of the calling turn's lane (or `frontend`) on ids."""
-        session = frontend or self._frontends[self.turns.lane()]
-        return session.run(outputs, self.frontend_feeds(ids, options))
+    def flow_probes(self) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """Two inputs of different lengths (noise off) that the flow split is checked on."""
+        quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+        texts = ("Hello.", "The kitchen lights are now off.")
+        ids = [self.phonemizer.clause_ids(text) for text in texts]
+        return [(len(each), self.frontend_feeds(each, quiet)) for each in ids]
 
     def _prior(
         self, ids: list[int], options: SynthesisOptions, durations: bool, frontend: Any = None
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """(z_p, mask, durations) from the encoder, or (z, None, durations) where the
-        frontend runs whole; durations only when asked (the voice must have them)."""
-        names = [self.flow.prior, self.flow.mask] if self.flow else [self.latent_name]
+        frontend runs whole; durations only when asked (the voice must have them). Runs
+        on the calling turn's lane's frontend session, or on `frontend`."""
+        session = frontend or self._frontends[self.turns.lane()]
+        feeds = self.frontend_feeds(ids, options)
+        wanted = [self.durations_name] if durations else []
         if durations:
             assert self.durations_name is not None
-            names.append(self.durations_name)
-        out = self._run_frontend(names, ids, options, frontend)
+        if self.flow is None:  # the whole frontend draws its own noise (unseeded)
+            out = session.run([self.latent_name, *wanted], feeds)
+            prior, mask = out[0], None
+        else:
+            rng = unit_noise(self.config.seed, ids)
+            feeds.update(self.flow.noise_feeds(len(ids), rng))
+            names = [self.flow.mean, self.flow.scale, self.flow.mask, *wanted]
+            out = session.run(names, feeds)
+            prior, mask = self.flow.sample(out[0], out[1], rng), out[2]
         frames = out[-1].reshape(-1).astype(np.int64) if durations else None
-        return out[0], out[1] if self.flow else None, frames
+        return prior, mask, frames
 
     def _run_flow(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The flow session of the calling turn's lane on frames of z_p."""

@@ -13,6 +13,8 @@ from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
 from magpie_tts.tools.recognizer import Recognizer
 
+from .harness import SEED
+
 SPEAKER_SENTENCES = GATE_TEXTS[:10]  # smart-speaker sentences, shared with the INT8 gate
 
 
@@ -30,7 +32,12 @@ def voice():
 def synth(voice, state_dir: Path) -> StreamingSynthesizer:
     return StreamingSynthesizer(
         voice,
-        EngineConfig(cache_dir=state_dir, runtime=RuntimeConfig(provider="cpu"), precision="fp32"),
+        EngineConfig(
+            cache_dir=state_dir,
+            runtime=RuntimeConfig(provider="cpu"),
+            precision="fp32",
+            seed=SEED,
+        ),
     )
 
 

@@ -21,6 +21,9 @@ import paho.mqtt.client as mqtt
 
 REPO = Path(__file__).resolve().parent.parent
 MAGPIE = str(Path(sys.executable).with_name("magpie-tts"))
+# Synthesis noise is seeded: a test hears the same audio on every run and machine, so an
+# intelligibility check cannot pass or fail by the draw.
+SEED = 7
 
 
 def free_port() -> int:
@@ -264,6 +267,7 @@ def make_daemon(
             "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
             "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
             "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
+            "MAGPIE_TTS_ENGINE__SEED": str(SEED),  # the same audio every run
             "MAGPIE_TTS_WYOMING__ENABLED": "false",  # a test that needs it sets a free port
             "MAGPIE_TTS_HTTP__ENABLED": "false",
             "PYTHONUNBUFFERED": "1",

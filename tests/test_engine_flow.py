@@ -30,7 +30,28 @@ def test_the_voice_splits_at_the_flow_with_its_receptive_field(synth) -> None:
     assert synth.flow.context == 32  # 4 coupling layers × 4 WaveNet layers × (5 - 1) / 2
     encoder = onnx.load(str(synth.flow.encoder), load_external_data=False)
     outputs = {o.name for o in encoder.graph.output}
-    assert {synth.flow.prior, synth.flow.mask, synth.durations_name} <= outputs
+    assert {synth.flow.mean, synth.flow.scale, synth.flow.mask, synth.durations_name} <= outputs
+    # It draws no noise itself: the duration predictor's comes in, z_p's is added after.
+    assert not [n for n in encoder.graph.node if n.op_type.startswith("Random")]
+    assert [name for name, _ in synth.flow.noises] == [
+        i.name for i in encoder.graph.input if "RandomNormal" in i.name
+    ]
+    assert [dims for _, dims in synth.flow.noises] == [(1, 2)]  # (1, 2, phoneme ids)
+
+
+def test_a_seed_makes_the_same_text_sound_the_same(voice, synth) -> None:
+    assert synth.config.seed is not None
+    text = "Turning off the lights in the kitchen. Good night."
+    first, again = synth.synthesize(text), synth.synthesize(text)
+    assert np.array_equal(first, again)
+    other = StreamingSynthesizer(voice, dataclasses.replace(synth.config, seed=None))
+    unseeded = [other.synthesize(text) for _ in range(2)]
+    # Fresh noise: the durations and the sound differ from draw to draw.
+    assert len(unseeded[0]) != len(unseeded[1]) or not np.array_equal(*unseeded)
+    reseeded = StreamingSynthesizer(
+        voice, dataclasses.replace(synth.config, seed=synth.config.seed + 1)
+    )
+    assert not np.array_equal(reseeded.synthesize(text)[: len(first)], first[: len(first)])
 
 
 def test_a_graph_without_a_flow_is_not_cut(synth) -> None:
