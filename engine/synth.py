@@ -167,9 +167,12 @@ class StreamingSynthesizer:
             else None
         )
         encoder_path = self.flow.encoder if self.flow else frontend_path
-        # What runs each graph, as status reports it and the phrase cache keys audio by.
+        # What runs each graph, as status reports it; the phrase cache keys audio by that
+        # and the seed (a seeded phrase is the audio that seed makes).
         self.precisions = {"frontend": self.frontend_precision, "decoder": self.precision}
-        self.precisions_key = f"{self.precision}/frontend {self.frontend_precision}"
+        self.precisions_key = (
+            f"{self.precision}/frontend {self.frontend_precision}/seed {config.seed}"
+        )
         # Context each side of a window: the decoder's own receptive field where the graph
         # tells it (11 frames for Piper medium voices), so no frame is decoded in vain.
         self.context = config.context

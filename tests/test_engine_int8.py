@@ -7,6 +7,7 @@ import statistics
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph import split_voice
@@ -19,7 +20,7 @@ from magpie_tts.engine.quantize import (
     _conv_groups,
     _decode,
     _decoder,
-    _frontend,
+    _latents_of,
     _pick,
     _quantize,
     _windows,
@@ -155,7 +156,16 @@ def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir,
     ]
     convs = [n.name for n in fed if n.op_type == "Conv"]
     assert convs and all("/flow/" in name for name in convs), convs
-    fp32_front, int8_front = _frontend(split.frontend), _frontend(out)
+    # The calibration's noise was seeded; the graph it writes draws fresh noise again.
+    assert all(
+        a.name != "seed"
+        for n in model.graph.node
+        if n.op_type.startswith("Random")
+        for a in n.attribute
+    )
+    cpu = ["CPUExecutionProvider"]
+    fp32_front = ort.InferenceSession(str(split.frontend), providers=cpu)
+    int8_front = ort.InferenceSession(str(out), providers=cpu)
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     names = [synth.latent_name, synth.durations_name]
     for text in GATE_TEXTS[:6]:
@@ -168,11 +178,24 @@ def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir,
             _decode(synth.decoder, z_fp32), _decode(synth.decoder, z_int8), voice.sample_rate
         )
         assert distance < MAX_LOG_MEL_DB
+    # With noise on, draw k of both paths is the same noise (paired): same durations, and
+    # what differs is the quantization's.
+    int8_latents = _latents_of(out, synth)
+    for text in GATE_TEXTS[6:8]:
+        reference, tested = latents(synth, text, 1), int8_latents(text, SynthesisOptions(), 1)
+        assert [z.shape for z in reference] == [z.shape for z in tested]
+        distance = log_mel_distance(
+            _decode(synth.decoder, np.concatenate(reference, axis=2)),
+            _decode(synth.decoder, np.concatenate(tested, axis=2)),
+            voice.sample_rate,
+        )
+        assert distance < MAX_LOG_MEL_DB
 
 
 def test_quality_decides_between_candidates_tied_on_speed() -> None:
-    def entry(good: bool, slowness: float, name: str, distance: float) -> tuple:
-        return (not good, slowness if good else distance, 0, name, None, distance, -75.0)
+    def entry(good: bool, slowness: float, name: str, distance: float, kept: str = "") -> tuple:
+        slow = slowness if good else distance
+        return (not good, slow, 0, name, None, distance, -75.0, kept or name)
 
     fastest = entry(True, 0.80, "fastest", 2.7)
     closer = entry(True, 0.88, "closer", 1.3)  # within 15 % of the fastest: a tie
@@ -181,3 +204,20 @@ def test_quality_decides_between_candidates_tied_on_speed() -> None:
     assert _pick([fastest, closer, slow, hiss])[3] == "closer"
     assert _pick([fastest, slow, hiss])[3] == "fastest"
     assert _pick([hiss, entry(False, 0.6, "less", 4.5)])[3] == "less"  # none passes
+    # The same convs kept fp32 at another percentile: the same kernels, one speed (the
+    # median of its timings), so a slow timing of the closer one is noise.
+    finer = entry(True, 1.00, "finer", 0.9, kept="slow")
+    quick = entry(True, 0.60, "quick", 1.1, kept="slow")
+    assert _pick([fastest, slow, finer])[3] == "fastest"  # median 0.975: clearly slower
+    assert _pick([fastest, finer, quick])[3] == "finer"  # median 0.80: a tie
+
+
+def test_gate_latents_repeat_by_seed(synth) -> None:
+    """Calibration and gate draws are seeded: a prepare repeats."""
+    text = GATE_TEXTS[6]
+    first, again = latents(synth, text, 1), latents(synth, text, 1)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    other = latents(synth, text, 2)
+    assert any(
+        a.shape != b.shape or not np.array_equal(a, b) for a, b in zip(first, other, strict=True)
+    )
