@@ -219,22 +219,23 @@ def _build(
         if context is None:
             log.info("%s: the flow's receptive field is unreadable; runs whole", frontend.name)
             return None
-        noise_dims = _noise_dims(extractor, [n.output[0] for n in noises], probes)
-        if noise_dims is None:
-            log.info("%s: a noise's shape is not (dims..., ids); runs whole", frontend.name)
-            return None
-        onnx.save(extractor.extract_model(inputs, outputs), str(encoder_tmp))
-        onnx.save(flow_model, str(flow_tmp))
-        split = FlowSplit(
-            encoder, flow, cut.prior, cut.mask, context, cut.mean, scale, tuple(noise_dims)
-        )
-        error = _mismatch(
-            frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
-        )
-        if error is not None:
-            log.info(
-                "%s: split differs from the whole frontend (%s); runs whole", frontend.name, error
+        try:  # onnxruntime raises its own untyped errors
+            noise_dims = _noise_dims(extractor, [n.output[0] for n in noises], probes)
+            if noise_dims is None:
+                log.info("%s: a noise's shape is not (dims..., ids); runs whole", frontend.name)
+                return None
+            onnx.save(extractor.extract_model(inputs, outputs), str(encoder_tmp))
+            onnx.save(flow_model, str(flow_tmp))
+            split = FlowSplit(
+                encoder, flow, cut.prior, cut.mask, context, cut.mean, scale, tuple(noise_dims)
             )
+            error = _mismatch(
+                frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
+            )
+        except Exception as exc:
+            error = f"cannot run it: {exc}"
+        if error is not None:
+            log.info("%s: split rejected (%s); the frontend runs whole", frontend.name, error)
             return None
         os.replace(encoder_tmp, encoder)
         os.replace(flow_tmp, flow)
@@ -275,10 +276,10 @@ def _mismatch(frontend: Path, latent: str, split: FlowSplit, probes: list[Probe]
         prior = split.sample(mean, scale, rng)  # noise scale 0: the mean
         z = flow.run([latent], {split.prior: prior, split.mask: mask})[0]
         if z.shape != reference.shape:
-            return f"shape {z.shape} vs {reference.shape}"
+            return f"z shape {z.shape} vs the whole frontend's {reference.shape}"
         error = float(np.max(np.abs(z - reference)))
         if error > 1e-3:
-            return f"max |Δz| {error:.2g}"
+            return f"max |Δz| {error:.2g} against the whole frontend"
     return None
 
 

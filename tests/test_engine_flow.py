@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
-from magpie_tts.engine.flow import FlowLatent, find_flow_cut
+from magpie_tts.engine.flow import FlowLatent, find_flow_cut, split_flow
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 # A cut first unit (no comma in 12 words), then a later sentence: both context paths.
@@ -52,6 +52,24 @@ def test_a_seed_makes_the_same_text_sound_the_same(voice, synth) -> None:
         voice, dataclasses.replace(synth.config, seed=synth.config.seed + 1)
     )
     assert not np.array_equal(reseeded.synthesize(text)[: len(first)], first[: len(first)])
+
+
+def test_a_split_that_fails_its_probes_keeps_the_whole_frontend(synth, tmp_path) -> None:
+    """The noise's shape must follow the phoneme ids and the split must reproduce the
+    whole frontend; where the probes say otherwise the frontend runs whole."""
+    frontend = tmp_path / "frontend.onnx"
+    frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
+    probes = synth.flow_probes()
+    wrong = [(ids + 1, feeds) for ids, feeds in probes]  # ids miscounted
+    assert split_flow(frontend, synth.latent_name, synth.durations_name, wrong) is None
+    assert not (tmp_path / "frontend.encoder.onnx").exists()
+    broken = [(ids, {**feeds, "scales": feeds["scales"][:1]}) for ids, feeds in probes]
+    other = tmp_path / "other" / "frontend.onnx"
+    other.parent.mkdir()
+    other.write_bytes(frontend.read_bytes())
+    assert split_flow(other, synth.latent_name, synth.durations_name, broken) is None
+    # The failure is remembered beside the graph: no second build.
+    assert split_flow(frontend, synth.latent_name, synth.durations_name, probes) is None
 
 
 def test_a_graph_without_a_flow_is_not_cut(synth) -> None:
