@@ -82,7 +82,7 @@ def unit_noise(seed: int | None, ids: list[int]) -> np.random.Generator:
 class PriorCut:
     prior: str  # z_p
     mask: str
-    noise: str  # the RandomNormalLike node that draws z_p's noise
+    noise: str  # the output of the RandomNormalLike that draws z_p's noise
     factors: tuple[str, ...]  # what that noise is multiplied by (exp(logs_p), noise scale)
     mean: str  # what the scaled noise is added to (m_p)
 
@@ -116,7 +116,7 @@ def find_flow_cut(model: onnx.ModelProto, latent: str) -> PriorCut | None:
                 factors.append(other[0])
                 continue
             if tensor in upstream and factors:
-                return PriorCut(tensor, last.input[1], node.name, tuple(factors), other[0])
+                return PriorCut(tensor, last.input[1], node.output[0], tuple(factors), other[0])
             break
     return None
 
@@ -161,7 +161,11 @@ def split_flow(
                 )
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    result = _build(frontend, latent, durations, encoder, flow, probes)
+    try:
+        result = _build(frontend, latent, durations, encoder, flow, probes)
+    except (OSError, MemoryError) as exc:  # this load's trouble, not the graph's: not kept
+        log.warning("%s: flow split not built (%s); the frontend runs whole", frontend.name, exc)
+        return None
     record: dict[str, Any] = {"format": FLOW_FORMAT, "source": stamp, "prior": None}
     if result is not None:
         record.update(
@@ -194,7 +198,7 @@ def _build(
         log.info("%s: no flow found; the frontend runs whole", frontend.name)
         return None
     noises = [
-        n for n in model.graph.node if n.op_type == "RandomNormalLike" and n.name != cut.noise
+        n for n in model.graph.node if n.op_type == "RandomNormalLike" and n.output[0] != cut.noise
     ]
     scale = cut.factors[0]
     for index, factor in enumerate(cut.factors[1:]):  # one tensor: the noise's whole scale
@@ -232,7 +236,9 @@ def _build(
             error = _mismatch(
                 frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
             )
-        except Exception as exc:
+        except (OSError, MemoryError):
+            raise
+        except Exception as exc:  # the graph's own trouble: remembered beside it
             error = f"cannot run it: {exc}"
         if error is not None:
             log.info("%s: split rejected (%s); the frontend runs whole", frontend.name, error)

@@ -171,6 +171,8 @@ class _Latents:
     def __init__(self, path: Path, synth: StreamingSynthesizer) -> None:
         self._synth = synth
         self._split = split_flow(path, synth.latent_name, synth.durations_name, synth.flow_probes())
+        if self._split is None:
+            log.warning("%s does not split: the gate's draws are not paired", path.name)
         runtime = RuntimeConfig(provider="cpu")
         choice = choose_provider(runtime)
         parts = (self._split.encoder, self._split.flow) if self._split else (path,)

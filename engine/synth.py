@@ -76,6 +76,10 @@ class EngineConfig:
     # (tests, bug reports). None: fresh noise every time, as Piper does.
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.seed is not None and not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed {self.seed} outside 0..2**32-1")
+
 
 @dataclass
 class AudioChunk:
@@ -167,11 +171,16 @@ class StreamingSynthesizer:
             else None
         )
         encoder_path = self.flow.encoder if self.flow else frontend_path
+        if config.seed is not None and self.flow is None:
+            log.warning(
+                "engine.seed is set, but the frontend runs whole and draws its own noise: "
+                "audio is not reproducible (needs the windowed flow)"
+            )
         # What runs each graph, as status reports it; the phrase cache keys audio by that
         # and the seed (a seeded phrase is the audio that seed makes).
         self.precisions = {"frontend": self.frontend_precision, "decoder": self.precision}
-        self.precisions_key = (
-            f"{self.precision}/frontend {self.frontend_precision}/seed {config.seed}"
+        self.precisions_key = f"{self.precision}/frontend {self.frontend_precision}" + (
+            f"/seed {config.seed}" if config.seed is not None and self.flow else ""
         )
         # Context each side of a window: the decoder's own receptive field where the graph
         # tells it (11 frames for Piper medium voices), so no frame is decoded in vain.

@@ -4,6 +4,7 @@ decoder's windows read, and the audio is the same as from the whole frontend."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import onnx
@@ -54,22 +55,31 @@ def test_a_seed_makes_the_same_text_sound_the_same(voice, synth) -> None:
     assert not np.array_equal(reseeded.synthesize(text)[: len(first)], first[: len(first)])
 
 
-def test_a_split_that_fails_its_probes_keeps_the_whole_frontend(synth, tmp_path) -> None:
+def test_a_split_that_fails_its_probes_keeps_the_whole_frontend(synth, tmp_path, caplog) -> None:
     """The noise's shape must follow the phoneme ids and the split must reproduce the
     whole frontend; where the probes say otherwise the frontend runs whole."""
-    frontend = tmp_path / "frontend.onnx"
-    frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
     probes = synth.flow_probes()
-    wrong = [(ids + 1, feeds) for ids, feeds in probes]  # ids miscounted
-    assert split_flow(frontend, synth.latent_name, synth.durations_name, wrong) is None
-    assert not (tmp_path / "frontend.encoder.onnx").exists()
-    broken = [(ids, {**feeds, "scales": feeds["scales"][:1]}) for ids, feeds in probes]
-    other = tmp_path / "other" / "frontend.onnx"
-    other.parent.mkdir()
-    other.write_bytes(frontend.read_bytes())
-    assert split_flow(other, synth.latent_name, synth.durations_name, broken) is None
-    # The failure is remembered beside the graph: no second build.
-    assert split_flow(frontend, synth.latent_name, synth.durations_name, probes) is None
+    voice_noise = synth.frontend_feeds(
+        synth.phonemizer.clause_ids("Hello there."),
+        SynthesisOptions(noise_w=0.0),  # same durations
+    )
+    cases = {
+        "not (dims..., ids)": [(ids + 1, feeds) for ids, feeds in probes],  # miscounted
+        "cannot run it": [(ids, {**feeds, "scales": feeds["scales"][:1]}) for ids, feeds in probes],
+        # the prior's noise on: the whole frontend's own draw is not the split's
+        "max |Δz|": [(len(voice_noise["input"][0]), voice_noise), *probes],
+    }
+    for index, (reason, bad) in enumerate(cases.items()):
+        frontend = tmp_path / str(index) / "frontend.onnx"
+        frontend.parent.mkdir()
+        frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="magpie_tts.engine.flow"):
+            assert split_flow(frontend, synth.latent_name, synth.durations_name, bad) is None
+        assert reason in caplog.text
+        assert not (frontend.parent / "frontend.encoder.onnx").exists()
+        # The graph's verdict is remembered beside it: good probes do not rebuild it.
+        assert split_flow(frontend, synth.latent_name, synth.durations_name, probes) is None
 
 
 def test_a_graph_without_a_flow_is_not_cut(synth) -> None:
@@ -139,3 +149,9 @@ def test_a_small_first_read_reports_the_whole_flows_cost(synth) -> None:
     assert z.spent_frames == 27 + synth.flow.context
     assert z.whole_s() == pytest.approx(z.spent_s * frames / z.spent_frames)
     assert z.whole_s() > 2 * z.spent_s
+
+
+def test_a_seed_outside_32_bits_is_refused_at_configuration(synth) -> None:
+    for seed in (-1, 2**32):
+        with pytest.raises(ValueError, match="seed"):
+            dataclasses.replace(synth.config, seed=seed)
