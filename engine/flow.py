@@ -132,14 +132,24 @@ def _ancestors(tensor: str, producers: dict[str, onnx.NodeProto]) -> set[str]:
     return seen
 
 
+def split_files(frontend: Path) -> tuple[Path, Path, Path]:
+    """(encoder, flow, record) that split_flow keeps beside `frontend`."""
+    stem = frontend.with_suffix("")
+    return Path(f"{stem}.encoder.onnx"), Path(f"{stem}.flow.onnx"), Path(f"{stem}.flow.json")
+
+
+def remove_frontend(frontend: Path) -> None:
+    """Delete a frontend graph and its split."""
+    for path in (frontend, *split_files(frontend)):
+        path.unlink(missing_ok=True)
+
+
 def split_flow(
     frontend: Path, latent: str, durations: str | None, probes: list[Probe]
 ) -> FlowSplit | None:
     """The cached encoder/flow split of `frontend` (built once per file), or None.
     `probes`: two or more inputs of different lengths, to learn and check the split."""
-    stem = frontend.with_suffix("")
-    encoder, flow = Path(f"{stem}.encoder.onnx"), Path(f"{stem}.flow.onnx")
-    meta_path = Path(f"{stem}.flow.json")
+    encoder, flow, meta_path = split_files(frontend)
     source = frontend.stat()
     stamp = [source.st_size, source.st_mtime_ns]
     try:

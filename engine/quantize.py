@@ -39,7 +39,7 @@ from onnxruntime.quantization import (
 )
 
 from .decoder import ChunkedDecoder
-from .flow import split_flow, unit_noise
+from .flow import remove_frontend, split_flow, unit_noise
 from .graph import SplitGraph
 from .polyphase import POLYPHASE_MARK
 from .precision import flow_path, int8_paths
@@ -544,7 +544,7 @@ def _prepare_flow(
     keeps its exact length, the whole INT8 path stays within the decoder's bounds against
     the whole fp32 path (noise off, same latent inputs), and the frontend gets faster."""
     out = flow_path(split)
-    out.unlink(missing_ok=True)
+    remove_frontend(out)
     if not quantize_flow(synth, split, out, CALIBRATION_TEXTS):
         return {"frontend": "fp32", "frontend_reason": "no flow convolutions found"}
     options = SynthesisOptions()
@@ -557,7 +557,7 @@ def _prepare_flow(
         reference = fp32_front(text, quiet, CALIBRATION_SEED)
         tested = int8_front(text, quiet, CALIBRATION_SEED)
         if [z.shape for z in reference] != [z.shape for z in tested]:
-            out.unlink()
+            remove_frontend(out)
             return {"frontend": "fp32", "frontend_reason": f"INT8 flow changed a length: {text!r}"}
         ref = np.concatenate([_decode(synth.decoder, z) for z in reference])
         test = np.concatenate([_decode(int8, z) for z in tested])
@@ -581,7 +581,7 @@ def _prepare_flow(
         f"{floor:.1f} dBFS, frontend {speedup:.2f}x"
     )
     if distance > MAX_LOG_MEL_DB or floor > MAX_PAUSE_FLOOR_DBFS or speedup < MIN_SPEEDUP:
-        out.unlink()
+        remove_frontend(out)
         return {"frontend": "fp32", "frontend_reason": f"{summary}: kept fp32", **facts}
     return {"frontend": "flow int8", "frontend_reason": f"{summary}: adopted", **facts}
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
-from magpie_tts.engine.flow import FlowLatent, find_flow_cut, split_flow
+from magpie_tts.engine.flow import FlowLatent, find_flow_cut, remove_frontend, split_flow
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 # A cut first unit (no comma in 12 words), then a later sentence: both context paths.
@@ -155,3 +155,13 @@ def test_a_seed_outside_32_bits_is_refused_at_configuration(synth) -> None:
     for seed in (-1, 2**32):
         with pytest.raises(ValueError, match="seed"):
             dataclasses.replace(synth.config, seed=seed)
+
+
+def test_removing_a_frontend_removes_its_split(synth, tmp_path) -> None:
+    """A rejected INT8 frontend leaves no split of itself behind to be loaded."""
+    frontend = tmp_path / "frontend.int8.onnx"
+    frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
+    assert split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes())
+    assert len(list(tmp_path.iterdir())) == 4  # the graph, encoder, flow, record
+    remove_frontend(frontend)
+    assert not list(tmp_path.iterdir())
