@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 FLOW_FORMAT = 2  # 2: the encoder takes its noise as inputs
 FlowRun = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (z_p, mask) windows → z
 Probe = tuple[int, dict[str, np.ndarray]]  # phoneme ids in it, frontend feeds (noise off)
+Probes = Callable[[], list[Probe]]  # called only when a split is built
 PRIOR_SCALE = "magpie_prior_scale"
 
 
@@ -61,13 +62,22 @@ class FlowSplit:
     scale: str
     noises: tuple[tuple[str, tuple[int, ...]], ...]  # encoder inputs: (name, dims before ids)
 
-    def noise_feeds(self, ids: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {
+    def encode(
+        self,
+        session: Any,
+        feeds: dict[str, np.ndarray],
+        ids: int,
+        rng: np.random.Generator,
+        extra: tuple[str, ...] = (),
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(z_p, mask, the `extra` outputs) of an encoder session on frontend feeds for
+        `ids` phoneme ids, every noise drawn from `rng`."""
+        noises = {
             name: rng.standard_normal((*dims, ids), dtype=np.float32) for name, dims in self.noises
         }
-
-    def sample(self, mean: np.ndarray, scale: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return mean + rng.standard_normal(mean.shape, dtype=np.float32) * scale
+        names = [self.mean, self.scale, self.mask, *extra]
+        mean, scale, mask, *rest = session.run(names, {**feeds, **noises})
+        return mean + rng.standard_normal(mean.shape, dtype=np.float32) * scale, mask, rest
 
 
 def unit_noise(seed: int | None, ids: list[int]) -> np.random.Generator:
@@ -145,10 +155,11 @@ def remove_frontend(frontend: Path) -> None:
 
 
 def split_flow(
-    frontend: Path, latent: str, durations: str | None, probes: list[Probe]
+    frontend: Path, latent: str, durations: str | None, probes: Probes
 ) -> FlowSplit | None:
     """The cached encoder/flow split of `frontend` (built once per file), or None.
-    `probes`: two or more inputs of different lengths, to learn and check the split."""
+    `probes`: two or more inputs of different lengths, to learn and check the split
+    (made only when it is built)."""
     encoder, flow, meta_path = split_files(frontend)
     source = frontend.stat()
     stamp = [source.st_size, source.st_mtime_ns]
@@ -172,7 +183,7 @@ def split_flow(
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        result = _build(frontend, latent, durations, encoder, flow, probes)
+        result = _build(frontend, latent, durations, encoder, flow, probes())
     except (OSError, MemoryError) as exc:  # this load's trouble, not the graph's: not kept
         log.warning("%s: flow split not built (%s); the frontend runs whole", frontend.name, exc)
         return None
@@ -287,9 +298,7 @@ def _mismatch(frontend: Path, latent: str, split: FlowSplit, probes: list[Probe]
     rng = np.random.default_rng(0)
     for ids, feeds in probes:
         reference = whole.run([latent], feeds)[0]
-        noise = split.noise_feeds(ids, rng)
-        mean, scale, mask = encoder.run([split.mean, split.scale, split.mask], {**feeds, **noise})
-        prior = split.sample(mean, scale, rng)  # noise scale 0: the mean
+        prior, mask, _ = split.encode(encoder, feeds, ids, rng)  # noise scale 0: the mean
         z = flow.run([latent], {split.prior: prior, split.mask: mask})[0]
         if z.shape != reference.shape:
             return f"z shape {z.shape} vs the whole frontend's {reference.shape}"

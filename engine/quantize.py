@@ -170,7 +170,7 @@ class _Latents:
 
     def __init__(self, path: Path, synth: StreamingSynthesizer) -> None:
         self._synth = synth
-        self._split = split_flow(path, synth.latent_name, synth.durations_name, synth.flow_probes())
+        self._split = split_flow(path, synth.latent_name, synth.durations_name, synth.flow_probes)
         if self._split is None:
             log.warning("%s does not split: the gate's draws are not paired", path.name)
         runtime = RuntimeConfig(provider="cpu")
@@ -188,10 +188,7 @@ class _Latents:
                 zs.append(self._sessions[0].run([latent], feeds)[0])
                 continue
             encoder, flow = self._sessions
-            rng = unit_noise(seed, ids)
-            feeds.update(split.noise_feeds(len(ids), rng))
-            mean, scale, mask = encoder.run([split.mean, split.scale, split.mask], feeds)
-            prior = split.sample(mean, scale, rng)
+            prior, mask, _ = split.encode(encoder, feeds, len(ids), unit_noise(seed, ids))
             zs.append(flow.run([latent], {split.prior: prior, split.mask: mask})[0])
         return zs
 

@@ -166,7 +166,7 @@ class StreamingSynthesizer:
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
         self.flow = (
-            split_flow(frontend_path, split.latent_name, split.durations_name, self.flow_probes())
+            split_flow(frontend_path, split.latent_name, split.durations_name, self.flow_probes)
             if config.windowed_flow
             else None
         )
@@ -304,18 +304,15 @@ class StreamingSynthesizer:
         on the calling turn's lane's frontend session, or on `frontend`."""
         session = frontend or self._frontends[self.turns.lane()]
         feeds = self.frontend_feeds(ids, options)
-        wanted = [self.durations_name] if durations else []
         if durations:
             assert self.durations_name is not None
+        wanted = (self.durations_name,) if durations and self.durations_name else ()
         if self.flow is None:  # the whole frontend draws its own noise (unseeded)
             out = session.run([self.latent_name, *wanted], feeds)
             prior, mask = out[0], None
         else:
             rng = unit_noise(self.config.seed, ids)
-            feeds.update(self.flow.noise_feeds(len(ids), rng))
-            names = [self.flow.mean, self.flow.scale, self.flow.mask, *wanted]
-            out = session.run(names, feeds)
-            prior, mask = self.flow.sample(out[0], out[1], rng), out[2]
+            prior, mask, out = self.flow.encode(session, feeds, len(ids), rng, wanted)
         frames = out[-1].reshape(-1).astype(np.int64) if durations else None
         return prior, mask, frames
 

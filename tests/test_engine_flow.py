@@ -75,11 +75,16 @@ def test_a_split_that_fails_its_probes_keeps_the_whole_frontend(synth, tmp_path,
         frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="magpie_tts.engine.flow"):
-            assert split_flow(frontend, synth.latent_name, synth.durations_name, bad) is None
+            assert (
+                split_flow(frontend, synth.latent_name, synth.durations_name, lambda bad=bad: bad)
+                is None
+            )
         assert reason in caplog.text
         assert not (frontend.parent / "frontend.encoder.onnx").exists()
         # The graph's verdict is remembered beside it: good probes do not rebuild it.
-        assert split_flow(frontend, synth.latent_name, synth.durations_name, probes) is None
+        assert (
+            split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes) is None
+        )
 
 
 def test_a_graph_without_a_flow_is_not_cut(synth) -> None:
@@ -161,7 +166,7 @@ def test_removing_a_frontend_removes_its_split(synth, tmp_path) -> None:
     """A rejected INT8 frontend leaves no split of itself behind to be loaded."""
     frontend = tmp_path / "frontend.int8.onnx"
     frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
-    assert split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes())
+    assert split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes)
     assert len(list(tmp_path.iterdir())) == 4  # the graph, encoder, flow, record
     remove_frontend(frontend)
     assert not list(tmp_path.iterdir())
