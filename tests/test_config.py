@@ -41,6 +41,8 @@ def test_toml_then_env_override(tmp_path: Path) -> None:
         ("[audio]\nvolum = 1\n", {}, "audio.volum"),
         ("", {"MAGPIE_TTS_ENGINE__PROVIDER": "quantum"}, "engine.provider"),
         ("", {"MAGPIE_TTS_MQTT__BASE_TOPIC": "a/#"}, "mqtt.base_topic"),
+        ("[engine]\nseed = -1\n", {}, "engine.seed"),
+        ("", {"MAGPIE_TTS_ENGINE__SEED": "lucky"}, "engine.seed"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path: Path, toml: str, env: dict, key: str) -> None:
