@@ -34,6 +34,12 @@ def select_frontend(split: SplitGraph, precision: str) -> tuple[Path, str]:
     return split.frontend, "fp32"
 
 
+def expands(split: SplitGraph, precision: str) -> bool:
+    """Whether the decoder's audio goes through the expander: the INT8 decoder's, where
+    its gate was measured through it (a report of an older prepare was not)."""
+    return precision == "int8" and bool((read_report(split) or {}).get("expander"))
+
+
 def read_report(split: SplitGraph) -> dict | None:
     _, report = int8_paths(split)
     try:

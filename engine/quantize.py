@@ -6,7 +6,8 @@ upsamplers are plain Convs (polyphase.py), so they quantize too. What to keep fp
 hard to clip the calibration ranges is chosen by measurement: every candidate is scored
 on held-out sentences by log-mel distance to the fp32 decoder, by the noise floor in
 pauses (hiss) and by speed; the fastest candidate within the bounds is gated on speed,
-quality and WER.
+quality and WER. INT8 audio is measured as it is played: through the expander
+(expander.py), which gates the hiss in pauses so more stages can be INT8.
 
 Frontend: only the flow (z_p → z, ~half the frontend's time) is quantized. It runs after
 the duration predictor, so durations, and with them timing and the seam, cannot change;
@@ -39,6 +40,7 @@ from onnxruntime.quantization import (
 )
 
 from .decoder import ChunkedDecoder
+from .expander import Expander
 from .flow import remove_frontend, split_flow, unit_noise
 from .graph import SplitGraph
 from .polyphase import POLYPHASE_MARK
@@ -49,7 +51,7 @@ from .voice import Voice
 
 log = logging.getLogger(__name__)
 
-GATE_FORMAT = 5  # 5: seeded, paired draws (4: several draws; 3: polyphase, INT8 flow)
+GATE_FORMAT = 6  # 6: INT8 heard through the expander (5: seeded, paired draws; 3: polyphase)
 # Bounds, calibrated in this metric: white noise added at 40 / 30 / 20 dB SNR measures
 # 4.0 / 7.5 / 12.4 dB log-mel distance. A smart speaker in a quiet room shows hiss.
 MAX_LOG_MEL_DB = 4.0
@@ -231,6 +233,12 @@ def _decoder(path: Path, voice: Voice) -> ChunkedDecoder:
 
 def _decode(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
     return np.concatenate([chunk.copy() for chunk in decoder.stream(z)])
+
+
+def _heard(decoder: ChunkedDecoder, zs: list[np.ndarray], sample_rate: int) -> np.ndarray:
+    """An INT8 decoder's audio for consecutive latents as the synthesizer plays it:
+    through one expander (its pause hiss gated)."""
+    return Expander(sample_rate)(np.concatenate([_decode(decoder, z) for z in zs]))
 
 
 class _NoPreprocessHint(logging.Filter):
@@ -419,7 +427,7 @@ def prepare_int8(
             path = Path(tmp) / f"candidate{index}.onnx"
             _quantize(split, calibration, path, exclude, CalibrationMethod.Percentile, percentile)
             decoder = _decoder(path, voice)
-            outputs = [_decode(decoder, z) for z in gate_latents]
+            outputs = [_heard(decoder, [z], voice.sample_rate) for z in gate_latents]
             distance = statistics.mean(
                 log_mel_distance(ref, out, voice.sample_rate)
                 for ref, out in zip(references, outputs, strict=True)
@@ -474,6 +482,7 @@ def prepare_int8(
         "sentences": len(GATE_TEXTS),
         "wer_measured": wer_scorer is not None,
         "size_bytes": model_path.stat().st_size,
+        "expander": True,  # every INT8 figure above was measured through it
         **flow,
     }
     progress(
@@ -557,7 +566,7 @@ def _prepare_flow(
             remove_frontend(out)
             return {"frontend": "fp32", "frontend_reason": f"INT8 flow changed a length: {text!r}"}
         ref = np.concatenate([_decode(synth.decoder, z) for z in reference])
-        test = np.concatenate([_decode(int8, z) for z in tested])
+        test = _heard(int8, tested, synth.voice.sample_rate)
         distances.append(log_mel_distance(ref, test, synth.voice.sample_rate))
         floors.append(pause_floor_dbfs(test, synth.voice.sample_rate))
     for _ in range(3):  # interleaved, like the decoder's timing
@@ -629,8 +638,8 @@ def _wer(
             int8_latents = (
                 clause_latents if int8_frontend is None else int8_frontend(text, options, seed)
             )
-            paths = ((fp32, clause_latents, fp32_rates), (int8, int8_latents, int8_rates))
-            for decoder, zs, rates in paths:
-                pcm = to_pcm(np.concatenate([_decode(decoder, z) for z in zs]))
-                rates.append(scorer(pcm, voice.sample_rate, text))
+            reference = np.concatenate([_decode(fp32, z) for z in clause_latents])
+            tested = _heard(int8, int8_latents, voice.sample_rate)
+            for audio, rates in ((reference, fp32_rates), (tested, int8_rates)):
+                rates.append(scorer(to_pcm(audio), voice.sample_rate, text))
     return float(np.mean(fp32_rates)), float(np.mean(int8_rates))

@@ -16,11 +16,12 @@ import numpy as np
 from .cache import CacheConfig, PhraseCache, clear_directory
 from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
 from .errors import TextError, VoiceError
+from .expander import Expander
 from .flow import FlowLatent, split_flow, unit_noise
 from .graph import split_voice
 from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
-from .precision import select_decoder, select_frontend
+from .precision import expands, select_decoder, select_frontend
 from .runtime import (
     RuntimeConfig,
     choose_provider,
@@ -164,6 +165,7 @@ class StreamingSynthesizer:
             split, config.precision, self.choice.used, config.runtime.trt_fp16
         )
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
+        self.expands = expands(split, self.precision)  # INT8's pause hiss gated (expander.py)
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
         self.flow = (
             split_flow(frontend_path, split.latent_name, split.durations_name, self.flow_probes)
@@ -537,12 +539,24 @@ class StreamingSynthesizer:
         stop = stop or StopToken()
         pace = Pace(priority)
         join = _Join()
+        expand = Expander(self.voice.sample_rate) if self.expands else None
         for index, clause in enumerate(clauses, start=first_index):
             if stop.stopped:
                 return
-            yield from self._clause_audio(clause, index, options, stop, cache_use, pace, join)
+            for chunk in self._clause_audio(clause, index, options, stop, cache_use, pace, join):
+                yield self._expanded(chunk, expand)
         if not stop.stopped and (flushed := join.flush(self.voice.sample_rate)) is not None:
-            yield flushed
+            yield self._expanded(flushed, expand)
+
+    def _expanded(self, chunk: AudioChunk, expand: Expander | None) -> AudioChunk:
+        """The chunk through the stream's expander (INT8 with it on), in time order."""
+        if expand is None:
+            return chunk
+        started = time.perf_counter()
+        chunk.pcm = expand(chunk.pcm)  # a copy: a cached phrase's samples stay as stored
+        if self.stages is not None:
+            self.stages.pcm_s += time.perf_counter() - started
+        return chunk
 
     def stream(
         self,

@@ -11,7 +11,13 @@ import onnxruntime as ort
 import pytest
 from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph import split_voice
-from magpie_tts.engine.precision import flow_path, int8_paths, select_decoder, select_frontend
+from magpie_tts.engine.precision import (
+    expands,
+    flow_path,
+    int8_paths,
+    select_decoder,
+    select_frontend,
+)
 from magpie_tts.engine.quantize import (
     CALIBRATION_TEXTS,
     GATE_TEXTS,
@@ -221,3 +227,16 @@ def test_gate_latents_repeat_by_seed(synth) -> None:
     assert any(
         a.shape != b.shape or not np.array_equal(a, b) for a, b in zip(first, other, strict=True)
     )
+
+
+def test_only_an_int8_decoder_gated_through_the_expander_runs_with_it(voice, state_dir) -> None:
+    split = split_voice(voice, state_dir)
+    _, report = int8_paths(split)
+    assert not expands(split, "int8")  # nothing prepared
+    try:
+        report.write_text(json.dumps({"passed": True, "expander": True}))
+        assert expands(split, "int8") and not expands(split, "fp32")
+        report.write_text(json.dumps({"passed": True}))  # an older prepare's report
+        assert not expands(split, "int8")
+    finally:
+        report.unlink()
