@@ -9,6 +9,7 @@ preallocated once.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ def plan_windows(
     affordable: Callable[[int], int] | None = None,
     contended: bool = False,
     ahead: int = 0,
+    first_core: int = 0,
 ) -> Iterator[Window]:
     """Windows covering [0, frames) with growing cores, every one a warmed bucket length.
 
@@ -75,6 +77,12 @@ def plan_windows(
     one window where that decodes fewer frames, unless other streams wait (`contended`):
     a long turn would delay their sound.
 
+    `first_core` (frames) is the least audio an utterance's first window must make
+    (first_step 0): while other streams wait for their first sound, a stream whose first
+    chunk is short turns urgent at once and takes a second turn before they start. The
+    window takes the smallest bucket that holds it; later windows continue the schedule
+    beyond it.
+
     `ahead` is the audio (in frames) the stream has made beyond its playback clock when
     the unit starts. While other streams wait, a later unit starts at the schedule's
     step its budget affords (never below the first core) instead of its largest core:
@@ -88,7 +96,10 @@ def plan_windows(
         first_step = min(first_step, len(schedule) - 1)
         while first_step > 0 and schedule[first_step] > budget:
             first_step -= 1
-    planned = list(_plan(frames, schedule, context, first_step, lo, hi, buckets, affordable, ahead))
+    first = first_core if first_step == 0 else 0
+    planned = list(
+        _plan(frames, schedule, context, first_step, lo, hi, buckets, affordable, ahead, first)
+    )
     whole = _bucket(buckets, lo, hi, frames, context)
     if first_step > 0 and not contended and len(planned) > 1 and whole is not None:
         # A later unit (audio already playing) in one window where that decodes fewer
@@ -110,6 +121,7 @@ def _plan(
     buckets: list[int],
     affordable: Callable[[int], int] | None,
     ahead: int = 0,
+    first_core: int = 0,
 ) -> Iterator[Window]:
     last = len(schedule) - 1
     step = min(first_step, last)
@@ -117,9 +129,16 @@ def _plan(
     # into buckets of real frames instead of padded far past its end.
     while step > 0 and window_length(schedule[step], context, first=True) > frames:
         step -= 1
+    if first_core > schedule[step]:  # the core of the least bucket of real frames that holds it
+        cores = [b - context for b in buckets if b <= frames]
+        first_core = next((c for c in cores if c >= first_core), max(cores, default=0))
+        first_core = max(first_core, schedule[step])
+        step = next((i for i, c in enumerate(schedule) if c > first_core), last + 1) - 1
+    else:
+        first_core = 0
     core_start = lo
     while core_start < hi:
-        core = schedule[min(step, last)]
+        core = first_core if first_core and core_start == lo else schedule[min(step, last)]
         if affordable is not None and core_start > lo:  # never the first, small window
             afford = affordable(ahead + core_start - lo)
             core = _grown(core, afford, core_start, hi, frames, context, buckets)
@@ -310,6 +329,7 @@ class ChunkedDecoder:
         first_step: int = 0,
         keep: tuple[int, int] | None = None,
         ahead: Callable[[], float] | None = None,
+        first_audio_s: float = 0.0,
     ) -> Iterator[np.ndarray]:
         """Yield float audio for z (its frames `keep`) chunk by chunk; stopping iteration
         abandons the rest. `ahead()` -> seconds of audio the stream has beyond its
@@ -324,6 +344,7 @@ class ChunkedDecoder:
             self.affordable_core,
             contended=self.waiting() > 0,
             ahead=int(ahead() / self.frame_s) if ahead is not None else 0,
+            first_core=math.ceil(first_audio_s / self.frame_s),
         )
         for window in windows:
             piece = z[:, :, window.start : min(window.stop, frames)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -31,7 +32,7 @@ from .runtime import (
 )
 from .seam import SampleCrop, crossfade, fade_out, unit_span
 from .segment import context_of
-from .turns import SPEAKER, Pace, Turns
+from .turns import GUARD_S, SPEAKER, Pace, Turns
 from .voice import Voice
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,7 @@ class StreamingSynthesizer:
         # Frontend seconds per character of a unit's text (with its context words) in
         # each lane, measured: how long a stream's coming frontend turn will take.
         self._frontend_s_per_char = [0.0] * len(self._frontends)
+        self._first_turn_s: float | None = None  # a stream's first turn, measured (EMA)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
@@ -392,10 +394,16 @@ class StreamingSynthesizer:
         chunks = self._unit_chunks(clause, before, after, options, sid, first_step, pace)
         # The first turn runs the unit's frontend: ask for it that much before running dry.
         pace.need_s = max(self._frontend_s_per_char) * len(before + clause + after)
+        first_turn = pace.first_at is None  # this turn makes the stream's first sound
         while not stop.stopped:
             with self.turns.turn(pace):
                 pace.need_s = 0.0
+                turn_began = time.perf_counter()
                 piece = next(chunks, None)
+                if first_turn and piece is not None:
+                    took = time.perf_counter() - turn_began
+                    self._first_turn_s = 0.7 * (self._first_turn_s or took) + 0.3 * took
+                    first_turn = False
                 if piece is None:
                     break
                 emit, hold, joins = piece
@@ -458,7 +466,10 @@ class StreamingSynthesizer:
                     # context words' own.
                     reads = (span.decode_from - self.context, span.decode_to + self.context)
                     z = self._latent(prior, mask, reads, small_first=first_step == 0)
-                    chunks = self.decoder.stream(z, sid, first_step, keep, pace.ahead_s)
+                    first_audio = self._first_audio_s(first_step, clock.frontend_s)
+                    chunks = self.decoder.stream(
+                        z, sid, first_step, keep, pace.ahead_s, first_audio
+                    )
                     chars = len(before + clause + after)
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
                     for audio in timed:
@@ -480,10 +491,29 @@ class StreamingSynthesizer:
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step
             z = self._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
-            chunks = self.decoder.stream(z, sid, step, ahead=pace.ahead_s)
+            first_audio = self._first_audio_s(step, clock.frontend_s)
+            chunks = self.decoder.stream(
+                z, sid, step, ahead=pace.ahead_s, first_audio_s=first_audio
+            )
             for audio in self._timed(chunks, clock, z.shape[2], z):
                 yield audio, audio[:0], False
             clock = StageTimes()  # recorded; the next part starts its own
+
+    def _first_audio_s(self, first_step: int, frontend_s: float) -> float:
+        """Audio an utterance's first chunk must hold so that the stream need not come
+        back for a turn before the streams still waiting for their first sound have had
+        theirs: 0 when none waits. Their turns are estimated from the first turns
+        measured so far (else from this one's frontend and first window). With a
+        16-frame first chunk (0.19 s) a started stream turned urgent at once, and ten
+        streams started two turns apart instead of one."""
+        starting = self.turns.starting if first_step == 0 else 0
+        if not starting:
+            return 0.0
+        turn_s = self._first_turn_s
+        if turn_s is None:
+            per_frame = self.decoder.seconds_per_frame or 0.0
+            turn_s = frontend_s + per_frame * (self.config.schedule[0] + self.context)
+        return GUARD_S + math.ceil(starting / self.turns.lanes) * turn_s
 
     def _frontend_took(self, seconds: float, chars: int) -> None:
         """Follow the lane's measured frontend speed (a moving average: load varies)."""

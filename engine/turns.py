@@ -93,6 +93,17 @@ class Turns:
         with self._cond:
             return len(self._waiting)
 
+    @property
+    def starting(self) -> int:
+        """Streams waiting for the turn that makes their first sound."""
+        with self._cond:
+            return sum(1 for pace, _ in self._waiting if pace.first_at is None)
+
+    @property
+    def lanes(self) -> int:
+        """Turns that run side by side while several streams decode."""
+        return max(self._workers, 1)
+
     def lane(self) -> int:
         """The lane of the calling thread's turn (PRIMARY outside a turn)."""
         return getattr(self._local, "lane", PRIMARY)

@@ -113,6 +113,58 @@ def test_streams_decoding_together_run_side_by_side_in_worker_lanes() -> None:
         assert lane == PRIMARY  # alone again: every thread
 
 
+def test_streams_waiting_for_first_sound_are_counted_apart() -> None:
+    turns = Turns(workers=2)
+    started = Pace(CLIENT)
+    started.made(0.2)
+    paces = [Pace(CLIENT), started, Pace(SPEAKER)]
+
+    def take_turn(pace: Pace) -> None:
+        with turns.turn(pace):
+            pass
+
+    threads = [threading.Thread(target=take_turn, args=(pace,)) for pace in paces]
+    with turns.turn(Pace(CLIENT)):
+        for count, thread in enumerate(threads, start=1):
+            thread.start()
+            while turns.waiting < count:
+                time.sleep(0.001)
+        assert (turns.waiting, turns.starting, turns.lanes) == (3, 2, 2)
+    for thread in threads:
+        thread.join(5)
+    assert turns.waiting == turns.starting == 0
+    assert Turns().lanes == 1
+
+
+def test_a_first_chunk_lasts_until_the_streams_waiting_to_start_have_started(synth) -> None:
+    """Streams that all ask at once: the first to be served makes a first chunk long
+    enough to outlast the others' first turns (with a 16-frame chunk, 0.19 s, it was
+    urgent again at once and took a second turn before they started); the last to start,
+    with nobody left waiting, gets the small first chunk."""
+    smallest = synth.config.schedule[0] * synth.voice.hop_length
+    firsts: dict[int, tuple[float, int]] = {}  # stream → (when its first chunk came, samples)
+
+    def stream(index: int) -> None:
+        units = synth.clauses(TEXTS[index])
+        chunks = synth.stream_clauses(units, QUIET, cache_use="bypass", priority=CLIENT)
+        first = next(chunks)
+        firsts[index] = (time.perf_counter(), len(first.pcm))
+        for _ in chunks:
+            pass
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(TEXTS))]
+    with synth.turns.turn(Pace(CLIENT)):  # hold the sessions until all three wait
+        for thread in threads:
+            thread.start()
+        while synth.turns.waiting < len(threads):
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join(60)
+    in_order = [samples for _, samples in sorted(firsts.values())]
+    assert in_order[0] > smallest  # two streams waited to start behind it
+    assert in_order[-1] == smallest  # none behind the last
+
+
 @pytest.fixture(scope="module")
 def laned(voice, state_dir) -> StreamingSynthesizer:
     """The synthesizer with two worker lanes (the daemon's default on 2 cores)."""

@@ -119,14 +119,17 @@ def test_context_is_the_decoders_receptive_field(synth, voice, state_dir) -> Non
     context=st.sampled_from([0, 4, 8, 16]),
     first_step=st.integers(0, 5),
     speed=st.one_of(st.none(), st.integers(0, 64)),
+    first_core=st.sampled_from([0, 0, 20, 40, 100, 400]),
 )
 def test_window_plan_covers_every_frame_with_context_on_warmed_lengths(
-    frames: int, context: int, first_step: int, speed: int | None
+    frames: int, context: int, first_step: int, speed: int | None, first_core: int
 ) -> None:
     schedule = (16, 32, 64, 128, 256)
     buckets = set(bucket_lengths(schedule, context))
     affordable = None if speed is None else (lambda ahead: speed * ahead)
-    windows = list(plan_windows(frames, schedule, context, first_step, None, affordable))
+    windows = list(
+        plan_windows(frames, schedule, context, first_step, None, affordable, first_core=first_core)
+    )
     assert windows[0].keep_from == 0 and windows[-1].keep_to == frames
     for before, after in itertools.pairwise(windows):
         assert before.keep_to == after.keep_from
@@ -142,7 +145,7 @@ def test_window_plan_covers_every_frame_with_context_on_warmed_lengths(
             or frames < schedule[1] + 2 * context
             or (w == windows[-1] and w.stop - frames < BUCKET_STEP)
         )
-    if first_step == 0 and frames > schedule[0] + context:
+    if first_step == 0 and frames > schedule[0] + context and first_core <= schedule[0]:
         assert windows[0].stop - windows[0].start == schedule[0] + context  # small first chunk
 
 
@@ -207,6 +210,34 @@ def test_a_later_unit_starts_with_the_core_its_budget_affords_while_others_wait(
     assert first_core(contended=True, ahead=0) == schedule[0]  # never below the first core
     assert first_core(contended=True, ahead=2000) == 512
     assert first_core(contended=False, ahead=0) >= 512
+
+
+def test_a_first_window_holds_the_audio_asked_for_while_others_wait_to_start() -> None:
+    """An utterance's first window makes at least `first_core` frames where the unit has
+    them, in the smallest warmed bucket of real frames that holds them; later windows
+    continue the schedule beyond it. A later unit (audio already playing) ignores it."""
+    schedule, context, frames = (16, 32, 64, 128, 256, 512), 11, 600
+    buckets = bucket_lengths(schedule, context)
+
+    def plan(first_core: int, first_step: int = 0, length: int = frames) -> list:
+        windows = list(plan_windows(length, schedule, context, first_step, first_core=first_core))
+        assert windows[0].keep_from == 0 and windows[-1].keep_to == length
+        assert all(w.stop - w.start in buckets for w in windows)
+        return windows
+
+    assert plan(0) == plan(16) == list(plan_windows(frames, schedule, context))
+    for wanted in (20, 30, 50, 100, 200):
+        first = plan(wanted)[0]
+        core = first.keep_to - first.keep_from
+        assert core >= wanted and first.start == 0
+        smaller = [b for b in buckets if b < first.stop - first.start]
+        assert all(b - context < wanted for b in smaller)  # no smaller bucket holds it
+    cores = [w.keep_to - w.keep_from for w in plan(50)]
+    assert cores[:3] == [53, 64, 128]  # then the schedule, past the first core
+    short = plan(100, length=40)  # a unit shorter than asked: its real frames, no padding
+    assert all(w.stop <= 40 for w in short)
+    last = len(schedule) - 1
+    assert plan(100, first_step=last) == plan(0, first_step=last)
 
 
 VARIED = [
