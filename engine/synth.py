@@ -466,7 +466,7 @@ class StreamingSynthesizer:
                     # context words' own.
                     reads = (span.decode_from - self.context, span.decode_to + self.context)
                     z = self._latent(prior, mask, reads, small_first=first_step == 0)
-                    first_audio = self._first_audio_s(first_step, clock.frontend_s)
+                    first_audio = self._first_audio_s(first_step, clock.frontend_s, pace)
                     chunks = self.decoder.stream(
                         z, sid, first_step, keep, pace.ahead_s, first_audio
                     )
@@ -491,7 +491,7 @@ class StreamingSynthesizer:
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step
             z = self._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
-            first_audio = self._first_audio_s(step, clock.frontend_s)
+            first_audio = self._first_audio_s(step, clock.frontend_s, pace)
             chunks = self.decoder.stream(
                 z, sid, step, ahead=pace.ahead_s, first_audio_s=first_audio
             )
@@ -499,16 +499,17 @@ class StreamingSynthesizer:
                 yield audio, audio[:0], False
             clock = StageTimes()  # recorded; the next part starts its own
 
-    def _first_audio_s(self, first_step: int, frontend_s: float) -> float:
+    def _first_audio_s(self, first_step: int, frontend_s: float, pace: Pace) -> float:
         """Audio an utterance's first chunk must hold so that the stream need not come
         back for a turn before the streams still waiting for their first sound have had
-        theirs: 0 when none waits. Their turns are estimated from the first turns
-        measured so far (else from this one's frontend and first window). With a
-        16-frame first chunk (0.19 s) a started stream turned urgent at once, and ten
-        streams started two turns apart instead of one."""
-        starting = self.turns.starting if first_step == 0 else 0
-        if not starting:
+        theirs (at least one turn of a stream decoding beside it); 0 when none waits.
+        Their turns are estimated from the first turns measured so far (else from this
+        one's frontend and first window). With a 16-frame first chunk (0.19 s) a started
+        stream turned urgent at once, and ten streams started two turns apart instead of
+        one. The local speaker keeps its small first chunk: its turns come first anyway."""
+        if first_step != 0 or pace.priority == SPEAKER or not self.turns.waiting:
             return 0.0
+        starting = max(self.turns.starting, 1)  # at least one other stream's turn
         turn_s = self._first_turn_s
         if turn_s is None:
             per_frame = self.decoder.seconds_per_frame or 0.0

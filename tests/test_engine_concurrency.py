@@ -139,8 +139,9 @@ def test_streams_waiting_for_first_sound_are_counted_apart() -> None:
 def test_a_first_chunk_lasts_until_the_streams_waiting_to_start_have_started(synth) -> None:
     """Streams that all ask at once: the first to be served makes a first chunk long
     enough to outlast the others' first turns (with a 16-frame chunk, 0.19 s, it was
-    urgent again at once and took a second turn before they started); the last to start,
-    with nobody left waiting, gets the small first chunk."""
+    urgent again at once and took a second turn before they started); the last to start
+    still outlasts one turn of the streams decoding beside it; a lone stream gets the
+    small first chunk."""
     smallest = synth.config.schedule[0] * synth.voice.hop_length
     firsts: dict[int, tuple[float, int]] = {}  # stream → (when its first chunk came, samples)
 
@@ -162,7 +163,37 @@ def test_a_first_chunk_lasts_until_the_streams_waiting_to_start_have_started(syn
         thread.join(60)
     in_order = [samples for _, samples in sorted(firsts.values())]
     assert in_order[0] > smallest  # two streams waited to start behind it
-    assert in_order[-1] == smallest  # none behind the last
+    assert in_order[0] >= in_order[-1] > smallest  # the last: others decode beside it
+    alone = next(synth.stream_clauses(synth.clauses(TEXTS[0]), QUIET, cache_use="bypass"))
+    assert len(alone.pcm) == smallest
+
+
+def test_the_local_speaker_keeps_its_small_first_chunk_while_clients_wait(synth) -> None:
+    """The speaker's turns come before the clients' anyway: its first sound is not
+    made later to outlast theirs."""
+    smallest = synth.config.schedule[0] * synth.voice.hop_length
+    firsts: dict[int, int] = {}
+
+    def stream(index: int, priority: int) -> None:
+        units = synth.clauses(TEXTS[index])
+        chunks = synth.stream_clauses(units, QUIET, cache_use="bypass", priority=priority)
+        firsts[priority] = len(next(chunks).pcm)
+        for _ in chunks:
+            pass
+
+    threads = [
+        threading.Thread(target=stream, args=(0, CLIENT)),
+        threading.Thread(target=stream, args=(1, SPEAKER)),
+    ]
+    with synth.turns.turn(Pace(CLIENT)):
+        for count, thread in enumerate(threads, start=1):
+            thread.start()
+            while synth.turns.waiting < count:
+                time.sleep(0.001)
+    for thread in threads:
+        thread.join(60)
+    assert firsts[SPEAKER] == smallest  # served first, with a client waiting behind it
+    assert firsts[CLIENT] > smallest  # the speaker decodes beside it
 
 
 @pytest.fixture(scope="module")
