@@ -73,7 +73,8 @@ class EngineSection(_Section):
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
     # Lanes that serve concurrent streams side by side (CPU): 2 for a server with many
-    # clients on a small board (+530 MB); 0: one stream's turn at a time.
+    # clients on a small board (+100 MB idle, +210 MB under load, +3 s start); 0: one
+    # stream's turn at a time.
     workers: int = Field(0, ge=0, le=8)
     int8: Literal["auto", "fp32", "int8"] = "auto"
     # The flow runs only over the frames each decoder window reads (first sound sooner,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import onnxruntime as ort
@@ -144,3 +145,43 @@ def test_gpu_install_on_jetson_needs_the_jetpack_index() -> None:
     assert refused.returncode == 2 and "JetPack" in refused.stderr
     plan = _install_plan(ARCH="aarch64", JETSON_INDEX="file:///srv/jetson-index").stdout
     assert "--index-url file:///srv/jetson-index onnxruntime-gpu" in plan
+
+
+ARENA_PROBE = """
+import sys
+import numpy as np
+import onnxruntime as ort
+from magpie_tts.engine.runtime import RuntimeConfig, session_options
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+shared = sys.argv[2] == "shared"
+sessions = []
+for _ in range(3):  # a primary and two worker lanes' decoders
+    if shared:
+        options = session_options(RuntimeConfig(provider="cpu"))
+    else:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+    sessions.append(ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"]))
+name = sessions[0].get_inputs()[0].name
+before = rss_mb()
+for session in sessions:
+    session.run(None, {name: np.zeros((1, 192, 534), np.float32)})
+print(rss_mb() - before)
+"""
+
+
+def test_sessions_share_one_cpu_arena(synth) -> None:
+    """Worker lanes each hold a decoder session: with one arena in onnxruntime's
+    environment their memory is reused across sessions instead of each keeping its own
+    peak (measured in a fresh process each, on the largest decoder window)."""
+    decoder = str(synth.graph_paths["decoder"])
+
+    def growth(mode: str) -> float:
+        probe = [sys.executable, "-c", ARENA_PROBE, decoder, mode]
+        return float(subprocess.run(probe, capture_output=True, text=True, check=True).stdout)
+
+    separate, shared = growth("separate"), growth("shared")
+    assert shared < 0.6 * separate, (shared, separate)
