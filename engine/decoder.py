@@ -334,18 +334,38 @@ class ChunkedDecoder:
         """Yield float audio for z (its frames `keep`) chunk by chunk; stopping iteration
         abandons the rest. `ahead()` -> seconds of audio the stream has beyond its
         playback clock, read when the windows are planned (inside the stream's turn)."""
-        frames = z.shape[2]
-        windows = plan_windows(
-            frames,
-            self.schedule,
-            self.context,
-            first_step,
-            keep,
-            self.affordable_core,
-            contended=self.waiting() > 0,
-            ahead=int(ahead() / self.frame_s) if ahead is not None else 0,
-            first_core=math.ceil(first_audio_s / self.frame_s),
+        windows = self.plan(z.shape[2], first_step, keep, ahead, first_audio_s)
+        yield from self.decode_windows(z, windows, sid)
+
+    def plan(
+        self,
+        frames: int,
+        first_step: int = 0,
+        keep: tuple[int, int] | None = None,
+        ahead: Callable[[], float] | None = None,
+        first_audio_s: float = 0.0,
+    ) -> list[Window]:
+        """The windows `stream` decodes, planned now (inside the stream's turn: the plan
+        reads the streams waiting and the audio ahead)."""
+        return list(
+            plan_windows(
+                frames,
+                self.schedule,
+                self.context,
+                first_step,
+                keep,
+                self.affordable_core,
+                contended=self.waiting() > 0,
+                ahead=int(ahead() / self.frame_s) if ahead is not None else 0,
+                first_core=math.ceil(first_audio_s / self.frame_s),
+            )
         )
+
+    def decode_windows(
+        self, z: np.ndarray, windows: list[Window], sid: int | None = None
+    ) -> Iterator[np.ndarray]:
+        """Float audio of each planned window's core, one window per next()."""
+        frames = z.shape[2]
         for window in windows:
             piece = z[:, :, window.start : min(window.stop, frames)]
             if window.stop > frames:  # a unit shorter than its bucket: repeat the last frame

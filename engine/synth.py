@@ -406,7 +406,7 @@ class StreamingSynthesizer:
                     first_turn = False
                 if piece is None:
                     break
-                emit, hold, joins = piece
+                emit, hold, joins, last = piece
                 converting = time.perf_counter()
                 pcm = to_pcm(emit)  # copy out before the buffer is reused
                 if len(hold):
@@ -419,14 +419,18 @@ class StreamingSynthesizer:
                 tail = join.tail if joins else fade_out(join.tail)
                 pcm = crossfade(tail, pcm) if joins else np.concatenate([tail, pcm])
                 join.tail = None
-            if not len(pcm):
-                continue  # all of it held for the next unit's crossfade
-            pace.made(len(pcm) / rate)
-            spent = time.perf_counter() - started
-            if key is not None:
-                pieces.append(pcm)
-            yield AudioChunk(pcm, rate, index, spent)
-            started = time.perf_counter()  # time the consumer held us is not compute
+            if len(pcm):  # else all of it is held for the next unit's crossfade
+                pace.made(len(pcm) / rate)
+                spent = time.perf_counter() - started
+                if key is not None:
+                    pieces.append(pcm)
+                yield AudioChunk(pcm, rate, index, spent)
+                started = time.perf_counter()  # time the consumer held us is not compute
+            if last:
+                # Ended without queueing for a turn that would only find the unit done:
+                # that wait came just when the next unit's frontend was due.
+                next(chunks, None)
+                break
         if held and not stop.stopped:
             join.tail, join.index = np.concatenate(held), index
         if cache is not None and key is not None and pieces and not stop.stopped:
@@ -441,9 +445,10 @@ class StreamingSynthesizer:
         sid: int | None,
         first_step: int,
         pace: Pace,
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
-        """A unit's chunks as (emit, hold, crossfades with a held tail), float views; the
-        caller holds a turn per next(), so the frontend runs inside the first one."""
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, bool, bool]]:
+        """A unit's chunks as (emit, hold, crossfades with a held tail, last), float views;
+        the caller holds a turn per next(), so the frontend runs inside the first one.
+        After the last chunk no session runs: the caller ends the unit without a turn."""
         clock = StageTimes()
         if before or after:
             started = time.perf_counter()
@@ -467,16 +472,15 @@ class StreamingSynthesizer:
                     reads = (span.decode_from - self.context, span.decode_to + self.context)
                     z = self._latent(prior, mask, reads, small_first=first_step == 0)
                     first_audio = self._first_audio_s(first_step, clock.frontend_s, pace)
-                    chunks = self.decoder.stream(
-                        z, sid, first_step, keep, pace.ahead_s, first_audio
-                    )
+                    windows = self.decoder.plan(frames, first_step, keep, pace.ahead_s, first_audio)
+                    chunks = self.decoder.decode_windows(z, windows, sid)
                     chars = len(before + clause + after)
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
-                    for audio in timed:
+                    for made, audio in enumerate(timed, start=1):
                         if chars:  # the unit's first turn: its frontend, the whole flow
                             self._frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
                             chars = 0
-                        yield *crop.take(audio), span.joins_previous
+                        yield *crop.take(audio), span.joins_previous, made == len(windows)
                     return
                 self._frontend_took(clock.frontend_s, len(before + clause + after))
         last_step = len(self.config.schedule) - 1
@@ -492,11 +496,11 @@ class StreamingSynthesizer:
             step = first_step if part == 0 else last_step
             z = self._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
             first_audio = self._first_audio_s(step, clock.frontend_s, pace)
-            chunks = self.decoder.stream(
-                z, sid, step, ahead=pace.ahead_s, first_audio_s=first_audio
-            )
-            for audio in self._timed(chunks, clock, z.shape[2], z):
-                yield audio, audio[:0], False
+            windows = self.decoder.plan(z.shape[2], step, None, pace.ahead_s, first_audio)
+            chunks = self.decoder.decode_windows(z, windows, sid)
+            timed = self._timed(chunks, clock, z.shape[2], z)
+            for made, audio in enumerate(timed, start=1):
+                yield audio, audio[:0], False, made == len(windows) and part == len(parts) - 1
             clock = StageTimes()  # recorded; the next part starts its own
 
     def _first_audio_s(self, first_step: int, frontend_s: float, pace: Pace) -> float:

@@ -196,6 +196,28 @@ def test_the_local_speaker_keeps_its_small_first_chunk_while_clients_wait(synth)
     assert firsts[CLIENT] > smallest  # the speaker decodes beside it
 
 
+def test_every_turn_decodes_a_window(synth, monkeypatch) -> None:
+    """A unit ends with its last window's turn: no stream queues for a turn only to find
+    its unit done (that wait came just when its next unit's frontend was due)."""
+    turns, windows = [], []
+    take_turn, decode = synth.turns.turn, synth.decoder.decode
+
+    def counted_turn(pace):
+        turns.append(pace)
+        return take_turn(pace)
+
+    def counted_decode(z, sid=None):
+        windows.append(z.shape[2])
+        return decode(z, sid)
+
+    monkeypatch.setattr(synth.turns, "turn", counted_turn)
+    monkeypatch.setattr(synth.decoder, "decode", counted_decode)
+    units = synth.clauses(TEXTS[1])  # two sentences: two units
+    assert len(units) == 2
+    audio = list(synth.stream_clauses(units, QUIET, cache_use="bypass"))
+    assert audio and len(turns) == len(windows) >= 2 * len(units)
+
+
 @pytest.fixture(scope="module")
 def laned(voice, state_dir) -> StreamingSynthesizer:
     """The synthesizer with two worker lanes (the daemon's default on 2 cores)."""
