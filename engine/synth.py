@@ -396,7 +396,9 @@ class StreamingSynthesizer:
         pace.need_s = max(self._frontend_s_per_char) * len(before + clause + after)
         first_turn = pace.first_at is None  # this turn makes the stream's first sound
         while not stop.stopped:
-            with self.turns.turn(pace):
+            # One thread does a first turn as fast as two, and leaves a core to a stream
+            # arriving meanwhile (turns.py).
+            with self.turns.turn(pace, narrow=first_turn):
                 pace.need_s = 0.0
                 turn_began = time.perf_counter()
                 piece = next(chunks, None)
@@ -505,20 +507,22 @@ class StreamingSynthesizer:
 
     def _first_audio_s(self, first_step: int, frontend_s: float, pace: Pace) -> float:
         """Audio an utterance's first chunk must hold so that the stream need not come
-        back for a turn before the streams still waiting for their first sound have had
-        theirs (at least one turn of a stream decoding beside it); 0 when none waits.
-        Their turns are estimated from the first turns measured so far (else from this
-        one's frontend and first window). With a 16-frame first chunk (0.19 s) a started
-        stream turned urgent at once, and ten streams started two turns apart instead of
-        one. The local speaker keeps its small first chunk: its turns come first anyway."""
+        back for a turn before its next turn is due anyway: after the turns of the other
+        streams decoding now, those still waiting for their first sound and those started
+        before it (at least one turn); 0 when none waits. Turns are estimated from the
+        first turns measured so far (else from this one's frontend and first window).
+        With a 16-frame first chunk (0.19 s) a started stream turned urgent at once, and
+        ten streams started two turns apart instead of one; sized by the streams still to
+        start only, the last to start ran dry while all ten took their second turns. The
+        local speaker keeps its small first chunk: its turns come first anyway."""
         if first_step != 0 or pace.priority == SPEAKER or not self.turns.waiting:
             return 0.0
-        starting = max(self.turns.starting, 1)  # at least one other stream's turn
+        others = max(self.turns.others(pace), 1)  # at least one other stream's turn
         turn_s = self._first_turn_s
         if turn_s is None:
             per_frame = self.decoder.seconds_per_frame or 0.0
             turn_s = frontend_s + per_frame * (self.config.schedule[0] + self.context)
-        return GUARD_S + math.ceil(starting / self.turns.lanes) * turn_s
+        return GUARD_S + math.ceil(others / self.turns.lanes) * turn_s
 
     def _frontend_took(self, seconds: float, chars: int) -> None:
         """Follow the lane's measured frontend speed (a moving average: load varies)."""

@@ -14,7 +14,7 @@ import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
-from magpie_tts.engine.turns import CLIENT, PRIMARY, RECENT_S, SPEAKER, Pace, Turns
+from magpie_tts.engine.turns import CLIENT, GUARD_S, PRIMARY, RECENT_S, SPEAKER, Pace, Turns
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 TEXTS = [
@@ -113,35 +113,65 @@ def test_streams_decoding_together_run_side_by_side_in_worker_lanes() -> None:
         assert lane == PRIMARY  # alone again: every thread
 
 
-def test_streams_waiting_for_first_sound_are_counted_apart() -> None:
+def test_a_first_turn_leaves_the_other_lanes_free_even_alone() -> None:
+    """A narrow turn (an utterance's first) takes a worker lane even alone, so a stream
+    arriving meanwhile runs beside it instead of waiting for the primary lane."""
+    turns = Turns(workers=2)
+    with turns.turn(Pace(CLIENT), narrow=True) as lane:
+        assert lane != PRIMARY
+        beside: list[int] = []
+        thread = threading.Thread(target=lambda: beside.append(_take_a_turn(turns)))
+        thread.start()
+        thread.join(5)
+        assert beside and beside[0] not in (PRIMARY, lane)  # it did not wait
+    time.sleep(2 * RECENT_S)
+    with turns.turn(Pace(CLIENT)) as lane:
+        assert lane == PRIMARY  # a later turn of a lone stream: every thread
+    with Turns(workers=0).turn(Pace(CLIENT), narrow=True) as lane:
+        assert lane == PRIMARY  # no worker lanes: the only one
+
+
+def _take_a_turn(turns: Turns) -> int:
+    with turns.turn(Pace(CLIENT)) as lane:
+        return lane
+
+
+def test_the_streams_whose_turns_come_first_are_counted() -> None:
+    """others(): streams waiting, in a turn, or just back from one, the asker aside."""
     turns = Turns(workers=2)
     started = Pace(CLIENT)
     started.made(0.2)
-    paces = [Pace(CLIENT), started, Pace(SPEAKER)]
-
-    def take_turn(pace: Pace) -> None:
-        with turns.turn(pace):
-            pass
-
-    threads = [threading.Thread(target=take_turn, args=(pace,)) for pace in paces]
-    with turns.turn(Pace(CLIENT)):
+    holder, paces = Pace(CLIENT), [Pace(CLIENT), started, Pace(SPEAKER)]
+    threads = [threading.Thread(target=_take_a_turn_as, args=(turns, p)) for p in paces]
+    with turns.turn(holder):
+        assert turns.others(holder) == 0
         for count, thread in enumerate(threads, start=1):
             thread.start()
             while turns.waiting < count:
                 time.sleep(0.001)
-        assert (turns.waiting, turns.starting, turns.lanes) == (3, 2, 2)
+        assert turns.others(holder) == 3
+        assert turns.others(paces[0]) == 3  # two others waiting, one in a turn
+        assert turns.lanes == 2
     for thread in threads:
         thread.join(5)
-    assert turns.waiting == turns.starting == 0
+    assert turns.others(Pace(CLIENT)) == 4  # all just back from their turns
+    time.sleep(2 * RECENT_S)
+    assert turns.waiting == turns.others(holder) == 0
     assert Turns().lanes == 1
 
 
+def _take_a_turn_as(turns: Turns, pace: Pace) -> None:
+    with turns.turn(pace):
+        pass
+
+
 def test_a_first_chunk_lasts_until_the_streams_waiting_to_start_have_started(synth) -> None:
-    """Streams that all ask at once: the first to be served makes a first chunk long
-    enough to outlast the others' first turns (with a 16-frame chunk, 0.19 s, it was
-    urgent again at once and took a second turn before they started); the last to start
-    still outlasts one turn of the streams decoding beside it; a lone stream gets the
-    small first chunk."""
+    """Streams that all ask at once: each one's first chunk is long enough to outlast
+    the turns that come before its next one, those of the streams still to start and
+    of those started before it (with a 16-frame chunk, 0.19 s, the first was urgent again
+    at once and took a second turn before the others started; sized by the streams still
+    to start only, the last ones ran dry while all took their second turns); a lone
+    stream gets the small first chunk."""
     smallest = synth.config.schedule[0] * synth.voice.hop_length
     firsts: dict[int, tuple[float, int]] = {}  # stream → (when its first chunk came, samples)
 
@@ -162,10 +192,32 @@ def test_a_first_chunk_lasts_until_the_streams_waiting_to_start_have_started(syn
     for thread in threads:
         thread.join(60)
     in_order = [samples for _, samples in sorted(firsts.values())]
-    assert in_order[0] > smallest  # two streams waited to start behind it
-    assert in_order[0] >= in_order[-1] > smallest  # the last: others decode beside it
+    assert min(in_order) > smallest  # the first and the last to start alike
     alone = next(synth.stream_clauses(synth.clauses(TEXTS[0]), QUIET, cache_use="bypass"))
     assert len(alone.pcm) == smallest
+
+
+def test_a_first_chunk_outlasts_the_turns_of_streams_started_before_it(synth, monkeypatch) -> None:
+    """The last stream to start waits, before its next turn, for those of the streams
+    started before it, not only for the first turns of streams still to start (sized by
+    those alone, it held one turn and ran dry while the others took their second)."""
+    monkeypatch.setattr(synth, "_first_turn_s", 0.05)
+    time.sleep(2 * RECENT_S)  # the streams of earlier tests are no longer decoding
+    asker = Pace(CLIENT)
+    started = [Pace(CLIENT) for _ in range(3)]
+    for pace in started:
+        pace.made(0.3)
+    threads = [threading.Thread(target=_take_a_turn_as, args=(synth.turns, p)) for p in started]
+    with synth.turns.turn(asker):
+        for count, thread in enumerate(threads, start=1):
+            thread.start()
+            while synth.turns.waiting < count:
+                time.sleep(0.001)
+        first_audio = synth._first_audio_s(0, 0.02, asker)
+    for thread in threads:
+        thread.join(5)
+    assert synth.turns.lanes == 1
+    assert first_audio == pytest.approx(GUARD_S + 3 * 0.05)
 
 
 def test_the_local_speaker_keeps_its_small_first_chunk_while_clients_wait(synth) -> None:
@@ -202,9 +254,9 @@ def test_every_turn_decodes_a_window(synth, monkeypatch) -> None:
     turns, windows = [], []
     take_turn, decode = synth.turns.turn, synth.decoder.decode
 
-    def counted_turn(pace):
+    def counted_turn(pace, narrow=False):
         turns.append(pace)
-        return take_turn(pace)
+        return take_turn(pace, narrow)
 
     def counted_decode(z, sid=None):
         windows.append(z.shape[2])
