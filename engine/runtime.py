@@ -44,6 +44,12 @@ class RuntimeConfig:
     device_id: int = 0
     trt_cache_dir: Path | None = None
     trt_fp16: bool = True
+    # onnxruntime graph transformers left out: NHWC_LAYOUT where `prepare` measured the
+    # INT8 graphs faster in their own layout (precision.py).
+    disabled_optimizers: tuple[str, ...] = ()
+
+
+NHWC_LAYOUT = "NhwcTransformer"  # runs quantized convs channels-last, transposing around them
 
 
 @dataclass
@@ -247,7 +253,13 @@ def make_session(
     while True:
         wanted = _name(entries[0])
         try:
-            session = create(str(path), sess_options=session_options(config), providers=entries)
+            extra = {"disabled_optimizers": list(config.disabled_optimizers)}
+            session = create(
+                str(path),
+                sess_options=session_options(config),
+                providers=entries,
+                **(extra if config.disabled_optimizers else {}),
+            )
         except Exception as exc:
             if len(entries) <= 1:
                 raise

@@ -22,7 +22,7 @@ from .flow import FlowLatent, split_flow, unit_noise
 from .graph import split_voice
 from .phonemize import MAX_UNIT_IDS, Phonemizer
 from .policy import TextPolicy, TextStream
-from .precision import expands, select_decoder, select_frontend
+from .precision import disabled_optimizers, expands, select_decoder, select_frontend
 from .runtime import (
     RuntimeConfig,
     choose_provider,
@@ -167,6 +167,10 @@ class StreamingSynthesizer:
         )
         frontend_path, self.frontend_precision = select_frontend(split, self.precision)
         self.expands = expands(split, self.precision)  # INT8's pause hiss gated (expander.py)
+        # The runtime this voice's sessions get: its INT8 graphs in the measured layout.
+        self.runtime = runtime = replace(
+            config.runtime, disabled_optimizers=disabled_optimizers(split, self.precision)
+        )
         self.graph_paths = {"frontend": frontend_path, "decoder": decoder_path}
         self.flow = (
             split_flow(frontend_path, split.latent_name, split.durations_name, self.flow_probes)
@@ -194,18 +198,16 @@ class StreamingSynthesizer:
         profile = (split.latent_name, buckets[0], buckets[-1], buckets[-1])
         # Worker lanes only on CPU: a GPU runs one stream's window at a time anyway.
         workers = config.workers if self.choice.used == "cpu" else 0
-        threads = config.runtime.intra_op_threads or os.cpu_count() or 1
+        threads = runtime.intra_op_threads or os.cpu_count() or 1
         share = max(1, threads // max(workers, 1))
-        single = replace(config.runtime, intra_op_threads=share)
+        single = replace(runtime, intra_op_threads=share)
         try:
-            self.frontend = make_session(encoder_path, config.runtime, self.choice, "frontend")
+            self.frontend = make_session(encoder_path, runtime, self.choice, "frontend")
             flow_sessions = [
-                make_session(self.flow.flow, runtime, self.choice, "frontend")
-                for runtime in ([config.runtime] + [single] * workers if self.flow else [])
+                make_session(self.flow.flow, lane, self.choice, "frontend")
+                for lane in ([runtime] + [single] * workers if self.flow else [])
             ]
-            decoder_session = make_session(
-                decoder_path, config.runtime, self.choice, "decoder", profile
-            )
+            decoder_session = make_session(decoder_path, runtime, self.choice, "decoder", profile)
             lanes = [
                 (
                     make_session(encoder_path, single, self.choice, "frontend"),

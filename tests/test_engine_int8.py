@@ -12,6 +12,7 @@ import pytest
 from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph import split_voice
 from magpie_tts.engine.precision import (
+    disabled_optimizers,
     expands,
     flow_path,
     int8_paths,
@@ -33,9 +34,11 @@ from magpie_tts.engine.quantize import (
     gate_verdict,
     latents,
     log_mel_distance,
+    measure_layout,
     pause_floor_dbfs,
     quantize_flow,
 )
+from magpie_tts.engine.runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
 
 GOOD = {
     "speedup": 1.3,
@@ -126,6 +129,40 @@ def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
     ]
     assert statistics.mean(distances) < 4.0
     assert out.stat().st_size < 0.8 * split.decoder.stat().st_size
+    # Without the NHWC transformer the same kernels' arithmetic runs: the same audio
+    # (one whole latent each: windows follow each decoder's measured speed).
+    plain = _decoder(out, voice, (NHWC_LAYOUT,))
+    for z in zs:
+        assert np.array_equal(plain.decode(z).copy(), int8.decode(z).copy())
+    layout = measure_layout(out, voice, zs[:1])
+    assert layout["cpu_layout"] in ("nchw", "nhwc") and layout["nchw_speedup"] > 0
+
+
+def test_the_int8_layout_follows_the_report(voice, state_dir) -> None:
+    """The NHWC transformer is left out only for INT8 graphs, and only where prepare
+    measured them faster without it; sessions are made that way."""
+    split = split_voice(voice, state_dir)
+    _, report = int8_paths(split)
+    assert disabled_optimizers(split, "int8") == ()  # nothing prepared
+    try:
+        report.write_text(json.dumps({"passed": True, "cpu_layout": "nchw"}))
+        assert disabled_optimizers(split, "int8") == (NHWC_LAYOUT,)
+        assert disabled_optimizers(split, "fp32") == ()
+        report.write_text(json.dumps({"passed": True, "cpu_layout": "nhwc"}))
+        assert disabled_optimizers(split, "int8") == ()
+    finally:
+        report.unlink()
+    asked: list[dict] = []
+
+    def create(path, sess_options, providers, **extra):
+        asked.append(extra)
+        return ort.InferenceSession(path, sess_options, providers, **extra)
+
+    choice = choose_provider(RuntimeConfig(provider="cpu"))
+    make_session(split.decoder, RuntimeConfig(provider="cpu"), choice, create=create)
+    plain = RuntimeConfig(provider="cpu", disabled_optimizers=(NHWC_LAYOUT,))
+    make_session(split.decoder, plain, choice, create=create)
+    assert asked == [{}, {"disabled_optimizers": [NHWC_LAYOUT]}]
 
 
 def test_frontend_selection_follows_the_report(voice, state_dir) -> None:

@@ -109,15 +109,20 @@ def _stage_profile(synth: Any, text: str, repeats: int) -> dict[str, float]:
     }
 
 
-def _op_profile(path: Path, feeds: dict[str, Any], runs: int = 10) -> dict[str, float]:
-    """Share of kernel time per operator type (onnxruntime's own profiler)."""
+def _op_profile(
+    path: Path, feeds: dict[str, Any], disabled: tuple[str, ...], runs: int = 10
+) -> dict[str, float]:
+    """Share of kernel time per operator type (onnxruntime's own profiler), with the
+    graph transformers the synthesizer leaves out left out here too."""
     import onnxruntime as ort
     from magpie_tts.engine.runtime import RuntimeConfig, session_options
 
     options = session_options(RuntimeConfig(provider="cpu"))
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "magpie-bench-ops")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+    )
     for _ in range(runs):
         session.run(None, feeds)
     trace = Path(session.end_profiling())
@@ -137,13 +142,14 @@ def _profiles(synth: Any, repeats: int) -> dict[str, Any]:
 
     window = np.zeros((1, synth.decoder.channels, 96), np.float32)
     ids = synth.phonemizer.clause_ids(synth.clauses(TEXTS["medium"])[0])
+    disabled = synth.runtime.disabled_optimizers
     return {
         "stages": {name: _stage_profile(synth, text, repeats) for name, text in TEXTS.items()},
         "decoder_ops": _op_profile(
-            synth.graph_paths["decoder"], {synth.decoder.latent_name: window}
+            synth.graph_paths["decoder"], {synth.decoder.latent_name: window}, disabled
         ),
         "frontend_ops": _op_profile(
-            synth.graph_paths["frontend"], synth.frontend_feeds(ids, SynthesisOptions())
+            synth.graph_paths["frontend"], synth.frontend_feeds(ids, SynthesisOptions()), disabled
         ),
     }
 
