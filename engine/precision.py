@@ -44,9 +44,12 @@ def expands(split: SplitGraph, precision: str) -> bool:
 def disabled_optimizers(split: SplitGraph, precision: str) -> tuple[str, ...]:
     """Graph transformers to leave out for this precision: the INT8 graphs' NHWC layout
     where `prepare` measured them faster without it (the audio is the same)."""
-    if precision == "int8" and (read_report(split) or {}).get("cpu_layout") == "nchw":
-        return (NHWC_LAYOUT,)
-    return ()
+    return layout_optimizers(read_report(split) or {}) if precision == "int8" else ()
+
+
+def layout_optimizers(report: dict) -> tuple[str, ...]:
+    """The transformers a report's measured INT8 layout leaves out."""
+    return (NHWC_LAYOUT,) if report.get("cpu_layout") == "nchw" else ()
 
 
 def read_report(split: SplitGraph) -> dict | None:

@@ -44,7 +44,7 @@ from .expander import Expander
 from .flow import remove_frontend, split_flow, unit_noise
 from .graph import SplitGraph
 from .polyphase import POLYPHASE_MARK
-from .precision import flow_path, int8_paths
+from .precision import flow_path, int8_paths, layout_optimizers
 from .runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
 from .synth import StreamingSynthesizer, SynthesisOptions, to_pcm
 from .voice import Voice
@@ -407,10 +407,6 @@ def measure_layout(path: Path, voice: Voice, zs: list[np.ndarray]) -> dict[str, 
     }
 
 
-def _layout_of(report: dict[str, Any]) -> tuple[str, ...]:
-    return (NHWC_LAYOUT,) if report.get("cpu_layout") == "nchw" else ()
-
-
 def prepare_int8(
     synth: StreamingSynthesizer,
     split: SplitGraph,
@@ -486,7 +482,7 @@ def prepare_int8(
 
     layout = measure_layout(model_path, voice, gate_latents)
     progress(f"      layout: {_layout_text(layout)}")
-    int8 = _decoder(model_path, voice, _layout_of(layout))
+    int8 = _decoder(model_path, voice, layout_optimizers(layout))
     progress("[3/5] INT8 flow in the frontend (durations stay fp32)")
     flow = _prepare_flow(synth, split, int8)
     progress(f"      {flow['frontend_reason']}")

@@ -99,12 +99,6 @@ class Turns:
         with self._cond:
             return len(self._waiting)
 
-    @property
-    def starting(self) -> int:
-        """Streams waiting for the turn that makes their first sound."""
-        with self._cond:
-            return sum(1 for pace, _, _ in self._waiting if pace.first_at is None)
-
     def others(self, pace: Pace) -> int:
         """Other streams decoding now (waiting, in a turn, or just back from one): turns
         that come before this stream's next one, unless it runs dry first."""
