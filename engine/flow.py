@@ -41,10 +41,12 @@ import onnx.utils
 import onnxruntime as ort
 
 from .graph import receptive_frames
+from .identities import drop_identity_arithmetic
+from .runtime import plain_options
 
 log = logging.getLogger(__name__)
 
-FLOW_FORMAT = 2  # 2: the encoder takes its noise as inputs
+FLOW_FORMAT = 3  # 2: the encoder takes its noise as inputs; 3: the flow without no-ops
 FlowRun = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (z_p, mask) windows → z
 Probe = tuple[int, dict[str, np.ndarray]]  # phoneme ids in it, frontend feeds (noise off)
 Probes = Callable[[], list[Probe]]  # called only when a split is built
@@ -250,13 +252,20 @@ def _build(
                 log.info("%s: a noise's shape is not (dims..., ids); runs whole", frontend.name)
                 return None
             onnx.save(extractor.extract_model(inputs, outputs), str(encoder_tmp))
-            onnx.save(flow_model, str(flow_tmp))
             split = FlowSplit(
                 encoder, flow, cut.prior, cut.mask, context, cut.mean, scale, tuple(noise_dims)
             )
-            error = _mismatch(
-                frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
-            )
+            lean = onnx.ModelProto()
+            lean.CopyFrom(flow_model)
+            # Without its no-ops where the probes agree (they always have on VITS).
+            candidates = [lean, flow_model] if drop_identity_arithmetic(lean) else [flow_model]
+            for candidate in candidates:
+                onnx.save(candidate, str(flow_tmp))
+                error = _mismatch(
+                    frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
+                )
+                if error is None:
+                    break
         except (OSError, MemoryError):
             raise
         except Exception as exc:  # the graph's own trouble: remembered beside it
@@ -277,7 +286,9 @@ def _noise_dims(
     if not names:
         return []
     model = extractor.extract_model([i.name for i in extractor.model.graph.input], names)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), plain_options(), providers=["CPUExecutionProvider"]
+    )
     found: dict[str, set[tuple[int, ...]]] = {name: set() for name in names}
     for ids, feeds in probes:
         for name, value in zip(names, session.run(names, feeds), strict=True):
@@ -292,9 +303,9 @@ def _noise_dims(
 def _mismatch(frontend: Path, latent: str, split: FlowSplit, probes: list[Probe]) -> str | None:
     """None if encoder + flow give the whole frontend's z with noise off, else why not."""
     cpu = ["CPUExecutionProvider"]
-    whole = ort.InferenceSession(str(frontend), providers=cpu)
-    encoder = ort.InferenceSession(str(split.encoder), providers=cpu)
-    flow = ort.InferenceSession(str(split.flow), providers=cpu)
+    whole = ort.InferenceSession(str(frontend), plain_options(), providers=cpu)
+    encoder = ort.InferenceSession(str(split.encoder), plain_options(), providers=cpu)
+    flow = ort.InferenceSession(str(split.flow), plain_options(), providers=cpu)
     rng = np.random.default_rng(0)
     for ids, feeds in probes:
         reference = whole.run([latent], feeds)[0]
