@@ -9,7 +9,7 @@ from pathlib import Path
 from magpie_tts.engine import StreamingSynthesizer, VoiceError, load_voice
 from magpie_tts.engine.cache import CacheConfig
 from magpie_tts.engine.policy import TextPolicy
-from magpie_tts.engine.runtime import RuntimeConfig
+from magpie_tts.engine.runtime import RuntimeConfig, use_shared_thread_pool
 from magpie_tts.engine.synth import EngineConfig
 from magpie_tts.engine.voice import VoiceSummary, summarize_voice
 
@@ -63,6 +63,8 @@ class VoiceRegistry:
         self.config = config
         self._engine_config = engine_config(config)
         self._lock = threading.Lock()
+        if config.engine.workers == 0:  # sessions run one at a time: one spinning pool
+            use_shared_thread_pool(config.engine.threads)
         self.default = StreamingSynthesizer(load_voice(config.engine.voice), self._engine_config)
         self._by_key: dict[str, StreamingSynthesizer] = {}
 

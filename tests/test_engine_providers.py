@@ -185,3 +185,63 @@ def test_sessions_share_one_cpu_arena(synth) -> None:
 
     separate, shared = growth("separate"), growth("shared")
     assert shared < 0.6 * separate, (shared, separate)
+
+
+SHARED_POOL_PROBE = """
+import json, shutil, sys
+from pathlib import Path
+import numpy as np
+from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
+from magpie_tts.engine.flow import split_flow
+from magpie_tts.engine.runtime import RuntimeConfig, use_shared_thread_pool
+from magpie_tts.engine.synth import EngineConfig
+
+state, mode, scratch, seed = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+if mode == "late":  # a session before the opt-in: onnxruntime's environment exists
+    import onnxruntime as ort
+    from magpie_tts.engine.runtime import _identity_model
+    ort.InferenceSession(_identity_model(), providers=["CPUExecutionProvider"])
+opted = use_shared_thread_pool(0)
+config = EngineConfig(cache_dir=state, runtime=RuntimeConfig(provider="cpu"), precision="fp32",
+                      seed=seed)
+synth = StreamingSynthesizer(load_voice(), config)
+quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+np.save(scratch / "pcm.npy", synth.synthesize(sys.argv[5], quiet))
+# A split built here: its checks make sessions outside make_session.
+frontend = scratch / "frontend.onnx"
+shutil.copy(synth.graph_paths["frontend"], frontend)
+built = split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes)
+print(json.dumps({
+    "opted": opted,
+    "own_pools": synth.frontend.get_session_options().use_per_session_threads,
+    "built": built is not None,
+}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["early", "late"])
+def test_a_process_opts_into_one_thread_pool_before_its_first_session(
+    synth, state_dir, tmp_path, mode
+) -> None:
+    """Before any session, every session of the process runs on one (spinning) pool, a
+    split's own checks included. After one, onnxruntime may refuse (each session then
+    keeps its own pool; 1.32 accepts): either way every later session follows. The audio
+    is the same."""
+    import numpy as np
+    from magpie_tts.engine import SynthesisOptions
+
+    from .harness import SEED
+
+    text = "Turning off the lights."
+    probe = [sys.executable, "-c", SHARED_POOL_PROBE, str(state_dir), mode, str(tmp_path)]
+    done = subprocess.run([*probe, str(SEED), text], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["opted"] or mode == "late"
+    assert facts["own_pools"] == (not facts["opted"])
+    assert facts["built"]
+    quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
+    reference = synth.synthesize(text, quiet).astype(np.int32)
+    heard = np.load(tmp_path / "pcm.npy").astype(np.int32)
+    assert len(heard) == len(reference)
+    assert np.abs(heard - reference).max() <= 2  # thread partitioning may round differently

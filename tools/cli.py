@@ -47,12 +47,14 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 def cmd_say(args: argparse.Namespace) -> int:
     from magpie_tts.daemon.voices import engine_config
     from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
+    from magpie_tts.engine.runtime import use_shared_thread_pool
 
     from .wav import write_wav
 
     config = _load(args)
     voice = load_voice(args.voice or config.engine.voice)
-    # One utterance: no worker lanes to load and warm.
+    # One utterance: no worker lanes to load and warm, its sessions one at a time.
+    use_shared_thread_pool(config.engine.threads)
     synth = StreamingSynthesizer(voice, dataclasses.replace(engine_config(config), workers=0))
     options = SynthesisOptions(speed=args.speed)
     if args.out is None:
