@@ -72,8 +72,11 @@ def _magpie_synth(voice_path: str, provider: str, precision: str, state_dir: str
     from magpie_tts.daemon.config import load_config
     from magpie_tts.daemon.voices import engine_config
     from magpie_tts.engine import StreamingSynthesizer, load_voice
+    from magpie_tts.engine.runtime import use_shared_thread_pool
 
     base = engine_config(load_config())
+    if base.workers == 0:  # as the daemon runs it (a worker process is one system)
+        use_shared_thread_pool(base.runtime.intra_op_threads)
     config = dataclasses.replace(
         base,
         cache_dir=Path(state_dir),
@@ -172,8 +175,10 @@ def _streaming_vits_runner(voice_path: str) -> Runner:
     return lambda text: (len(c.audio) / tts.sample_rate for c in tts.stream(text))
 
 
-def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[str, Any]:
-    loaded = time.perf_counter()
+def _load_system(
+    system: str, voice_path: str, state_dir: str, repeats: int
+) -> tuple[Callable[[str], tuple[float | None, float]], Callable[[], dict[str, Any]] | None]:
+    """(one timed synthesis of a text, the profile where the system has one), warmed."""
     profile: Callable[[], dict[str, Any]] | None = None
     if system == "piper":
         chunks = _piper_runner(voice_path)
@@ -192,23 +197,92 @@ def worker(system: str, voice_path: str, state_dir: str, repeats: int) -> dict[s
     else:
         raise SystemExit(f"unknown system {system}")
     run = _timed(chunks)
-    load_s = time.perf_counter() - loaded
     for text in TEXTS.values():  # warm every path once, as a daemon would be
         run(text)
-    results: dict[str, Any] = {}
-    for name, text in TEXTS.items():
-        firsts, totals, audio = [], [], 0.0
-        for _ in range(repeats):
-            started = time.perf_counter()
-            first, audio = run(text)
-            totals.append(time.perf_counter() - started)
-            firsts.append(first or 0.0)
-        results[name] = {"first_s": firsts, "total_s": totals, "audio_s": audio}
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before profiling
-    out = {"system": system, "load_s": load_s, "texts": results, "peak_rss_mb": rss_mb}
-    if profile is not None:
-        out["profile"] = profile()
-    return out
+    return run, profile
+
+
+REPLY = "@bench "  # marks the worker's answers among whatever else a library prints
+
+
+def _reply(value: Any) -> None:
+    print(REPLY + json.dumps(value), flush=True)
+
+
+def serve_worker(system: str, voice_path: str, state_dir: str, repeats: int) -> None:
+    """One system, loaded once, timing syntheses on request from stdin (`run <text>
+    <times>`, then `profile`, `quit`): the parent has every system run a text in turn, so
+    each system's runs have a peer's seconds away (this host's speed drifts by a third
+    within minutes)."""
+    loaded = time.perf_counter()
+    run, profile = _load_system(system, voice_path, state_dir, repeats)
+    _reply({"load_s": time.perf_counter() - loaded})
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "run":  # run <text> <times>, back to back
+            name, _, times = argument.partition(" ")
+            firsts, totals, audio = [], [], 0.0
+            for _ in range(int(times)):
+                started = time.perf_counter()
+                first, audio = run(TEXTS[name])
+                totals.append(time.perf_counter() - started)
+                firsts.append(first or 0.0)
+            _reply({"first_s": firsts, "total_s": totals, "audio_s": audio})
+        elif command == "profile":  # peak memory before profiling
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            _reply({"peak_rss_mb": rss_mb, "profile": profile() if profile else None})
+        elif command == "quit":
+            return
+
+
+class _Worker:
+    """The parent's end of a serve_worker process."""
+
+    def __init__(self, system: str, voice_path: str, state_dir: str, repeats: int) -> None:
+        self.system = system
+        self.load_s = 0.0
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "magpie_tts.tools.bench",
+                "--worker",
+                system,
+                "--voice",
+                voice_path,
+                "--state-dir",
+                state_dir,
+                "--repeats",
+                str(repeats),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
+
+    def ask(self, command: str | None = None) -> dict[str, Any]:
+        """The answer to `command` (None: the ready line); RuntimeError if it died."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if command is not None:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(REPLY):
+                return json.loads(line[len(REPLY) :])
+        self.errors.seek(0)
+        raise RuntimeError(f"{self.system} failed:\n{self.errors.read()[-2000:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.errors.close()
 
 
 def available_systems(
@@ -272,6 +346,67 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+SETTLE_S = 0.05  # between two systems' runs: a spinning thread pool goes idle
+
+
+def _lockstep(
+    systems: list[str], voice_path: str, state_dir: str, repeats: int, rounds: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Every system loaded at once; in each round each runs each text `repeats` times
+    back to back (as one process per system did), the systems in turn and their order
+    rotating, so a system's runs and its peers' are seconds apart and the host's drift
+    hits all alike. One process per system, one after another, put them minutes apart:
+    on this host piper's short text took 60 ms in one bench and 99 ms in the next.
+    Run by run alternation instead would time every run cold (caches, idle threads),
+    which costs piper's 63 MB of fp32 weights more than Magpie's INT8 decoder."""
+    workers: dict[str, _Worker] = {}
+    for system in systems:
+        print(f"loading {system}", file=sys.stderr, flush=True)
+        worker = _Worker(system, voice_path, state_dir, repeats)
+        try:
+            loaded = worker.ask()
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr)
+            worker.close()
+            continue
+        worker.load_s = loaded["load_s"]
+        workers[system] = worker
+    texts: dict[str, dict[str, dict[str, Any]]] = {
+        system: {name: {"first_s": [], "total_s": [], "audio_s": 0.0} for name in TEXTS}
+        for system in workers
+    }
+    try:
+        for round_index in range(rounds):
+            print(f"round {round_index + 1}/{rounds}", file=sys.stderr, flush=True)
+            for text_index, name in enumerate(TEXTS):
+                order = list(workers)
+                shift = (round_index * len(TEXTS) + text_index) % len(order)
+                for system in order[shift:] + order[:shift]:
+                    answer = workers[system].ask(f"run {name} {repeats}")
+                    slot = texts[system][name]
+                    slot["first_s"] += answer["first_s"]
+                    slot["total_s"] += answer["total_s"]
+                    slot["audio_s"] = answer["audio_s"]
+                    time.sleep(SETTLE_S)
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for system, worker in workers.items():
+            print(f"profiling {system}", file=sys.stderr, flush=True)
+            facts = worker.ask("profile")
+            run: dict[str, Any] = {
+                "system": system,
+                "load_s": worker.load_s,
+                "texts": texts[system],
+                "peak_rss_mb": facts["peak_rss_mb"],
+            }
+            if facts["profile"] is not None:
+                run["profile"] = facts["profile"]
+            runs[system] = [run]
+        return runs
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
 def run_bench(
     config: Any,
     repeats: int,
@@ -289,36 +424,11 @@ def run_bench(
     systems = available_systems(state_dir, voice_path, peers, providers)
     if len(providers) > 1:
         _write_reference_latent(voice_path, state_dir)
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    for round_index in range(rounds):  # interleave systems: machine drift hits all alike
-        for system in systems:
-            print(f"round {round_index + 1}/{rounds}: {system}", file=sys.stderr, flush=True)
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "magpie_tts.tools.bench",
-                    "--worker",
-                    system,
-                    "--voice",
-                    voice_path,
-                    "--state-dir",
-                    str(state_dir),
-                    "--repeats",
-                    str(repeats),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if out.returncode != 0:
-                print(f"{system} failed:\n{out.stderr[-2000:]}", file=sys.stderr)
-                runs.pop(system, None)
-                continue
-            runs[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = _lockstep(systems, voice_path, str(state_dir), repeats, rounds)
     runs = {k: v for k, v in runs.items() if v}
     print(
-        f"\nmedians over {rounds} rounds x {repeats} runs per text; voice "
+        f"\nmedians over {rounds} rounds x {repeats} runs per text (systems in turn, text by "
+        f"text); voice "
         f"{Path(voice_path).name}; words: "
         + ", ".join(f"{k} {len(v.split())}" for k, v in TEXTS.items())
     )
@@ -398,7 +508,7 @@ def _main() -> int:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    print(json.dumps(worker(args.worker, args.voice, args.state_dir, args.repeats)))
+    serve_worker(args.worker, args.voice, args.state_dir, args.repeats)
     return 0
 
 
