@@ -314,7 +314,7 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> str:
     lines = []
     header = (
         f"{'text':<7} {'system':<15} {'first ms':>9} {'total ms':>9} {'RTF':>7} "
-        f"{'first/piper':>11} {'RTF/piper':>9} {'RSS MB':>7}"
+        f"{'first/piper':>11} {'RTF/piper':>9} {'per round':>11} {'RSS MB':>7}"
     )
     lines += [header, "-" * len(header)]
     merged: dict[str, dict[str, dict[str, list[float]]]] = {}
@@ -334,16 +334,28 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> str:
             data = merged[system][text]
             first, total = _median_ms(data["first"]), _median_ms(data["total"])
             rtf = total / 1000 / audio[f"{system}/{text}"]
-            ratio_first = ratio_rtf = "-"
+            ratio_first = ratio_rtf = spread = "-"
             if base:
                 base_rtf = _median_ms(base["total"]) / 1000 / audio[f"piper/{text}"]
                 ratio_first = f"{first / _median_ms(base['first']):.3f}"
                 ratio_rtf = f"{rtf / base_rtf:.3f}"
+                spread = _round_spread(runs, system, text)
             lines.append(
                 f"{text:<7} {system:<15} {first:>9.1f} {total:>9.1f} {rtf:>7.4f} "
-                f"{ratio_first:>11} {ratio_rtf:>9} {rss[system]:>7.0f}"
+                f"{ratio_first:>11} {ratio_rtf:>9} {spread:>11} {rss[system]:>7.0f}"
             )
     return "\n".join(lines)
+
+
+def _round_spread(runs: dict[str, list[dict[str, Any]]], system: str, text: str) -> str:
+    """Lowest–highest RTF/piper of the rounds taken alone: how far one round's verdict
+    can be trusted on this host."""
+    ratios = []
+    for mine, peer in zip(runs[system], runs["piper"], strict=False):
+        own, base = mine["texts"][text], peer["texts"][text]
+        own_rtf = statistics.median(own["total_s"]) / own["audio_s"]
+        ratios.append(own_rtf / (statistics.median(base["total_s"]) / base["audio_s"]))
+    return f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else "-"
 
 
 SETTLE_S = 0.05  # between two systems' runs: a spinning thread pool goes idle
@@ -371,36 +383,33 @@ def _lockstep(
             continue
         worker.load_s = loaded["load_s"]
         workers[system] = worker
-    texts: dict[str, dict[str, dict[str, Any]]] = {
-        system: {name: {"first_s": [], "total_s": [], "audio_s": 0.0} for name in TEXTS}
-        for system in workers
-    }
+    texts: dict[str, list[dict[str, dict[str, Any]]]] = {system: [] for system in workers}
     try:
         for round_index in range(rounds):
             print(f"round {round_index + 1}/{rounds}", file=sys.stderr, flush=True)
+            for system in workers:
+                texts[system].append({})
             for text_index, name in enumerate(TEXTS):
                 order = list(workers)
                 shift = (round_index * len(TEXTS) + text_index) % len(order)
                 for system in order[shift:] + order[:shift]:
-                    answer = workers[system].ask(f"run {name} {repeats}")
-                    slot = texts[system][name]
-                    slot["first_s"] += answer["first_s"]
-                    slot["total_s"] += answer["total_s"]
-                    slot["audio_s"] = answer["audio_s"]
+                    texts[system][-1][name] = workers[system].ask(f"run {name} {repeats}")
                     time.sleep(SETTLE_S)
         runs: dict[str, list[dict[str, Any]]] = {}
         for system, worker in workers.items():
             print(f"profiling {system}", file=sys.stderr, flush=True)
             facts = worker.ask("profile")
-            run: dict[str, Any] = {
-                "system": system,
-                "load_s": worker.load_s,
-                "texts": texts[system],
-                "peak_rss_mb": facts["peak_rss_mb"],
-            }
+            runs[system] = [
+                {
+                    "system": system,
+                    "load_s": worker.load_s,
+                    "texts": round_texts,
+                    "peak_rss_mb": facts["peak_rss_mb"],
+                }
+                for round_texts in texts[system]
+            ]
             if facts["profile"] is not None:
-                run["profile"] = facts["profile"]
-            runs[system] = [run]
+                runs[system][-1]["profile"] = facts["profile"]
         return runs
     finally:
         for worker in workers.values():
