@@ -223,7 +223,7 @@ def share_cpu_arena() -> bool:
 
 
 _shared_pool_lock = threading.Lock()
-_shared_pool: bool | None = None  # None: not decided; the process's first session decides
+_shared_pool: bool | None = None  # None: the process has not asked (own pools)
 
 
 def use_shared_thread_pool(threads: int) -> bool:
@@ -247,11 +247,11 @@ def use_shared_thread_pool(threads: int) -> bool:
         if _shared_pool is None:
             from onnxruntime.capi import onnxruntime_pybind11_state as binding
 
-            binding.set_global_thread_pool_sizes(threads, 1)
             options = ort.SessionOptions()
             options.use_per_session_threads = False
             options.log_severity_level = 4  # a refusal is the answer, not an error
             try:
+                binding.set_global_thread_pool_sizes(threads, 1)
                 ort.InferenceSession(_identity_model(), options, providers=["CPUExecutionProvider"])
                 _shared_pool = True
             except Exception as exc:  # onnxruntime raises its own untyped errors
