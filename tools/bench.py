@@ -265,12 +265,15 @@ class _Worker:
     def ask(self, command: str | None = None) -> dict[str, Any]:
         """The answer to `command` (None: the ready line); RuntimeError if it died."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        if command is not None:
-            self.proc.stdin.write(command + "\n")
-            self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            if line.startswith(REPLY):
-                return json.loads(line[len(REPLY) :])
+        try:
+            if command is not None:
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if line.startswith(REPLY):
+                    return json.loads(line[len(REPLY) :])
+        except OSError:  # the pipe broke: it died
+            pass
         self.errors.seek(0)
         raise RuntimeError(f"{self.system} failed:\n{self.errors.read()[-2000:]}")
 
@@ -384,6 +387,17 @@ def _lockstep(
         worker.load_s = loaded["load_s"]
         workers[system] = worker
     texts: dict[str, list[dict[str, dict[str, Any]]]] = {system: [] for system in workers}
+
+    def ask(system: str, command: str) -> dict[str, Any] | None:
+        """The worker's answer; a worker that died is reported and left out of the bench."""
+        try:
+            return workers[system].ask(command)
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr)
+            workers.pop(system).close()
+            texts.pop(system)
+            return None
+
     try:
         for round_index in range(rounds):
             print(f"round {round_index + 1}/{rounds}", file=sys.stderr, flush=True)
@@ -391,14 +405,16 @@ def _lockstep(
                 texts[system].append({})
             for text_index, name in enumerate(TEXTS):
                 order = list(workers)
-                shift = (round_index * len(TEXTS) + text_index) % len(order)
+                shift = (round_index * len(TEXTS) + text_index) % max(len(order), 1)
                 for system in order[shift:] + order[:shift]:
-                    texts[system][-1][name] = workers[system].ask(f"run {name} {repeats}")
+                    if (answer := ask(system, f"run {name} {repeats}")) is not None:
+                        texts[system][-1][name] = answer
                     time.sleep(SETTLE_S)
         runs: dict[str, list[dict[str, Any]]] = {}
-        for system, worker in workers.items():
+        for system, worker in list(workers.items()):
             print(f"profiling {system}", file=sys.stderr, flush=True)
-            facts = worker.ask("profile")
+            if (facts := ask(system, "profile")) is None:
+                continue
             runs[system] = [
                 {
                     "system": system,
