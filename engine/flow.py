@@ -24,6 +24,7 @@ encoder and flow must reproduce the whole frontend, or the frontend runs whole.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -42,11 +43,14 @@ import onnxruntime as ort
 
 from .graph import receptive_frames
 from .identities import drop_identity_arithmetic
+from .layernorm import fuse_layer_norms
 from .runtime import plain_options
 
 log = logging.getLogger(__name__)
 
-FLOW_FORMAT = 3  # 2: the encoder takes its noise as inputs; 3: the flow without no-ops
+# 2: the encoder takes its noise as inputs; 3: the flow without no-ops; 4: the encoder's
+# layer norms fused
+FLOW_FORMAT = 4
 FlowRun = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (z_p, mask) windows → z
 Probe = tuple[int, dict[str, np.ndarray]]  # phoneme ids in it, frontend feeds (noise off)
 Probes = Callable[[], list[Probe]]  # called only when a split is built
@@ -251,16 +255,20 @@ def _build(
             if noise_dims is None:
                 log.info("%s: a noise's shape is not (dims..., ids); runs whole", frontend.name)
                 return None
-            onnx.save(extractor.extract_model(inputs, outputs), str(encoder_tmp))
+            encoder_model = extractor.extract_model(inputs, outputs)
             split = FlowSplit(
                 encoder, flow, cut.prior, cut.mask, context, cut.mean, scale, tuple(noise_dims)
             )
-            lean = onnx.ModelProto()
+            # The encoder with its layer norms fused and the flow without its no-ops, where
+            # the probes agree (they always have on VITS); else the plain graphs.
+            fused, lean = onnx.ModelProto(), onnx.ModelProto()
+            fused.CopyFrom(encoder_model)
             lean.CopyFrom(flow_model)
-            # Without its no-ops where the probes agree (they always have on VITS).
-            candidates = [lean, flow_model] if drop_identity_arithmetic(lean) else [flow_model]
-            for candidate in candidates:
-                onnx.save(candidate, str(flow_tmp))
+            encoders = [fused, encoder_model] if fuse_layer_norms(fused) else [encoder_model]
+            flows = [lean, flow_model] if drop_identity_arithmetic(lean) else [flow_model]
+            for encoder_candidate, flow_candidate in itertools.product(encoders, flows):
+                onnx.save(encoder_candidate, str(encoder_tmp))
+                onnx.save(flow_candidate, str(flow_tmp))
                 error = _mismatch(
                     frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
                 )
