@@ -269,9 +269,14 @@ def _build(
             for encoder_candidate, flow_candidate in itertools.product(encoders, flows):
                 onnx.save(encoder_candidate, str(encoder_tmp))
                 onnx.save(flow_candidate, str(flow_tmp))
-                error = _mismatch(
-                    frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
-                )
+                try:  # a rewritten graph onnxruntime refuses is a disagreement too
+                    error = _mismatch(
+                        frontend, latent, replace(split, encoder=encoder_tmp, flow=flow_tmp), probes
+                    )
+                except (OSError, MemoryError):
+                    raise
+                except Exception as exc:
+                    error = f"cannot run it: {exc}"
                 if error is None:
                     break
         except (OSError, MemoryError):

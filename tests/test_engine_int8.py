@@ -241,7 +241,7 @@ def test_quality_decides_between_candidates_tied_on_speed() -> None:
         return (not good, slow, 0, name, None, distance, -75.0, kept or name)
 
     fastest = entry(True, 0.80, "fastest", 2.7)
-    closer = entry(True, 0.83, "closer", 1.3)  # within 6 % of the fastest: a tie
+    closer = entry(True, 0.86, "closer", 1.3)  # within 10 % of the fastest: a tie
     slow = entry(True, 0.95, "slow", 1.0)  # closest of all, but clearly slower
     hiss = entry(False, 0.5, "hiss", 5.0)
     assert _pick([fastest, closer, slow, hiss])[3] == "closer"

@@ -84,6 +84,15 @@ def test_what_is_not_exactly_a_layer_norm_is_left_alone(model: onnx.ModelProto) 
     assert len(model.graph.node) == nodes
 
 
+def test_a_broadcast_gamma_is_left_alone() -> None:
+    """LayerNormalization wants one gamma per channel; Mul would broadcast a (1,) one."""
+    model = spelled_out_norm()
+    for init in model.graph.initializer:
+        if init.name in ("gamma", "beta"):
+            init.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), init.name))
+    assert fuse_layer_norms(model) == 0
+
+
 def test_a_norm_whose_inner_value_is_read_elsewhere_is_left_alone() -> None:
     model = spelled_out_norm()
     model.graph.output.append(helper.make_tensor_value_info("deviation", TensorProto.FLOAT, None))
@@ -110,12 +119,14 @@ def test_the_voices_encoder_runs_fused_with_the_whole_frontends_durations(synth)
         assert np.array_equal(durations, reference.reshape(-1).astype(np.int64))
 
 
+@pytest.mark.parametrize("refused", [False, True], ids=["wrong numbers", "refused graph"])
 def test_a_fused_encoder_that_fails_the_probes_falls_back_to_the_plain_one(
-    synth, tmp_path, monkeypatch
+    synth, tmp_path, monkeypatch, refused: bool
 ) -> None:
     def broken(model: onnx.ModelProto) -> int:
         node = next(n for n in model.graph.node if n.op_type == "Sqrt")
-        node.op_type, node.name = "Exp", "broken"  # a wrong "fusion": the prior changes
+        # A wrong "fusion": the prior changes, or onnxruntime has no such kernel.
+        node.op_type, node.name = ("NoSuchOp" if refused else "Exp"), "broken"
         return 1
 
     monkeypatch.setattr(flow_module, "fuse_layer_norms", broken)
