@@ -43,6 +43,17 @@ class SplitGraph:
     context_frames: int | None = None  # z frames one output sample sees on either side
 
 
+def has_subgraphs(model: onnx.ModelProto) -> bool:
+    """Whether any node carries a subgraph (If, Loop, Scan): those read outer names
+    implicitly, so a rewrite that counts a tensor's readers from node inputs alone
+    would miss some."""
+    return any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for node in model.graph.node
+        for a in node.attribute
+    )
+
+
 def find_durations(model: onnx.ModelProto) -> str | None:
     """The rounded per-id durations: the one Ceil in a Piper/VITS graph (length regulator).
 

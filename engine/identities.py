@@ -15,6 +15,8 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
+from .graph import has_subgraphs
+
 
 def _constant_fill(node: onnx.NodeProto) -> float:
     for attribute in node.attribute:
@@ -27,13 +29,9 @@ def drop_identity_arithmetic(model: onnx.ModelProto) -> int:
     """Rewire the consumers of x + zeros, x - zeros and x × ones to x, then drop the nodes
     nothing reaches any more; zeros and ones are recognised as ConstantOfShape(…, 0),
     its negation and its exponential. Returns how many no-ops were removed."""
+    if has_subgraphs(model):
+        return 0
     graph = model.graph
-    if any(
-        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        for node in graph.node
-        for a in node.attribute
-    ):
-        return 0  # subgraphs read outer names implicitly: liveness is not this simple
     zeros: set[str] = set()
     ones: set[str] = set()
     for node in graph.node:  # topological order: a node's inputs are classified first

@@ -20,17 +20,15 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
+from .graph import has_subgraphs
+
 
 def fuse_layer_norms(model: onnx.ModelProto) -> int:
     """Replace every spelled-out layer norm over the last axis with one
     LayerNormalization node (same output name); returns how many were fused."""
+    if has_subgraphs(model):
+        return 0
     graph = model.graph
-    if any(
-        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        for node in graph.node
-        for a in node.attribute
-    ):
-        return 0  # subgraphs read outer names implicitly: readers are not this simple
     constants = {init.name: init for init in graph.initializer}
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import wave
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, load_voice
+from magpie_tts.engine import flow as flow_module
+from magpie_tts.engine.flow import FlowSplit, split_flow
 from magpie_tts.engine.quantize import GATE_TEXTS
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.synth import EngineConfig
@@ -39,6 +43,22 @@ def synth(voice, state_dir: Path) -> StreamingSynthesizer:
             seed=SEED,
         ),
     )
+
+
+@pytest.fixture
+def split_with_rewrite(synth, tmp_path, monkeypatch) -> Callable[..., FlowSplit]:
+    """The encoder/flow split of a copy of the voice's frontend, built with one of
+    flow.py's graph rewrites (by name) replaced: how a rewrite's failure is handled."""
+
+    def split(rewrite: str, replacement: Callable[[onnx.ModelProto], int]) -> FlowSplit:
+        monkeypatch.setattr(flow_module, rewrite, replacement)
+        frontend = tmp_path / "frontend.onnx"
+        frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
+        made = split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes)
+        assert made is not None
+        return made
+
+    return split
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:

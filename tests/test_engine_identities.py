@@ -6,8 +6,6 @@ import numpy as np
 import onnx
 import onnx.utils
 import onnxruntime as ort
-from magpie_tts.engine import flow as flow_module
-from magpie_tts.engine.flow import split_flow
 from magpie_tts.engine.identities import drop_identity_arithmetic
 from onnx import TensorProto, helper
 
@@ -79,17 +77,13 @@ def test_the_voices_flow_runs_without_no_ops(synth) -> None:
 
 
 def test_a_lean_flow_that_fails_the_probes_falls_back_to_the_plain_one(
-    synth, tmp_path, monkeypatch
+    split_with_rewrite,
 ) -> None:
     def broken(model: onnx.ModelProto) -> int:
         node = next(n for n in model.graph.node if n.op_type == "Add")
         node.op_type = "Sub"  # a wrong "simplification": z changes
         return 1
 
-    monkeypatch.setattr(flow_module, "drop_identity_arithmetic", broken)
-    frontend = tmp_path / "frontend.onnx"
-    frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
-    split = split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes)
-    assert split is not None
+    split = split_with_rewrite("drop_identity_arithmetic", broken)
     kept = onnx.load(str(split.flow))
     assert [n for n in kept.graph.node if n.op_type == "ConstantOfShape"]  # the plain flow

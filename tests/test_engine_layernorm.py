@@ -6,8 +6,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from magpie_tts.engine import flow as flow_module
-from magpie_tts.engine.flow import split_flow
 from magpie_tts.engine.layernorm import fuse_layer_norms
 from magpie_tts.engine.synth import SynthesisOptions
 from onnx import TensorProto, helper, numpy_helper
@@ -121,7 +119,7 @@ def test_the_voices_encoder_runs_fused_with_the_whole_frontends_durations(synth)
 
 @pytest.mark.parametrize("refused", [False, True], ids=["wrong numbers", "refused graph"])
 def test_a_fused_encoder_that_fails_the_probes_falls_back_to_the_plain_one(
-    synth, tmp_path, monkeypatch, refused: bool
+    split_with_rewrite, refused: bool
 ) -> None:
     def broken(model: onnx.ModelProto) -> int:
         node = next(n for n in model.graph.node if n.op_type == "Sqrt")
@@ -129,11 +127,7 @@ def test_a_fused_encoder_that_fails_the_probes_falls_back_to_the_plain_one(
         node.op_type, node.name = ("NoSuchOp" if refused else "Exp"), "broken"
         return 1
 
-    monkeypatch.setattr(flow_module, "fuse_layer_norms", broken)
-    frontend = tmp_path / "frontend.onnx"
-    frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
-    split = split_flow(frontend, synth.latent_name, synth.durations_name, synth.flow_probes)
-    assert split is not None
+    split = split_with_rewrite("fuse_layer_norms", broken)
     kept = onnx.load(str(split.encoder))
     assert "broken" not in {n.name for n in kept.graph.node}
     assert "ReduceMean" in {n.op_type for n in kept.graph.node}  # the plain encoder
