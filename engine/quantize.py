@@ -428,17 +428,6 @@ def _race(decoders: list[ChunkedDecoder], zs: list[np.ndarray]) -> list[float]:
     return [statistics.median(each) for each in times]
 
 
-def _speed(
-    fp32: ChunkedDecoder, int8: ChunkedDecoder, zs: list[np.ndarray], rounds: int = 5
-) -> tuple[float, float]:
-    """Median seconds for the whole set; interleaved so machine drift hits both alike."""
-    fp32_times, int8_times = [], []
-    for _ in range(rounds):
-        fp32_times.append(_timed(fp32, zs))
-        int8_times.append(_timed(int8, zs))
-    return statistics.median(fp32_times), statistics.median(int8_times)
-
-
 def measure_layout(path: Path, voice: Voice, zs: list[np.ndarray]) -> dict[str, Any]:
     """Whether the INT8 graphs run faster without onnxruntime's NHWC transformer. It
     runs the quantized convs channels-last and transposes around each run of them
@@ -447,7 +436,7 @@ def measure_layout(path: Path, voice: Voice, zs: list[np.ndarray]) -> dict[str, 
     with the lower stages' adds INT8 the two measured alike (0.98x). Measured on each
     board: ARM's quantized kernels differ."""
     nhwc, plain = _decoder(path, voice), _decoder(path, voice, (NHWC_LAYOUT,))
-    nhwc_s, plain_s = _speed(nhwc, plain, zs)
+    nhwc_s, plain_s = _race([nhwc, plain], zs)
     ratio = nhwc_s / plain_s
     return {
         "cpu_layout": "nchw" if ratio >= LAYOUT_MARGIN else "nhwc",
@@ -532,7 +521,7 @@ def prepare_int8(
     progress(f"      {flow['frontend_reason']}")
 
     progress("[4/5] speed: fp32 vs INT8 decoder, interleaved")
-    fp32_s, int8_s = _speed(fp32, int8, gate_latents)
+    fp32_s, int8_s = _race([fp32, int8], gate_latents)
     speedup = fp32_s / int8_s
     audio_s = sum(len(r) for r in references) / voice.sample_rate
 
