@@ -47,6 +47,9 @@ def disabled_optimizers(split: SplitGraph, precision: str) -> tuple[str, ...]:
     return layout_optimizers(read_report(split) or {}) if precision == "int8" else ()
 
 
+CHANNELS_LAST = "channels-last"  # a report's cpu_layout: the decoder rewritten so (NHWC runs)
+
+
 def layout_optimizers(report: dict) -> tuple[str, ...]:
     """The transformers a report's measured INT8 layout leaves out."""
     return (NHWC_LAYOUT,) if report.get("cpu_layout") == "nchw" else ()

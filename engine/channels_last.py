@@ -1,0 +1,192 @@
+"""The decoder's activations channels-last ([1, T, C]) between its convolutions.
+
+onnxruntime's NHWC transformer runs quantized convs channels-last but keeps every other
+op in the model's layout (channels-first), so it wraps each conv in a pair of
+transposes. In a HiFi-GAN decoder a conv is followed by a residual add, a LeakyReLU or
+the next conv, all elementwise: with the graph itself channels-last between convs, the
+transposes the rewrite puts around each conv meet onnxruntime's and cancel, and the
+quantized stages run from conv to conv without moving a tensor.
+
+Only a 1-D conv needs channels-first: elementwise ops follow their inputs' layout, a
+polyphase upsampler's interleave (polyphase.py) becomes one Reshape, and any other op
+gets its inputs back channels-first. The graph's inputs and outputs keep their layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .graph import has_subgraphs
+
+CHANNELS_LAST_MARK = "/channels_last"  # in the names of the nodes the rewrite adds
+_SWAP = [0, 2, 1]  # [1, C, T] <-> [1, T, C]
+_UNARY = frozenset({"LeakyRelu", "Relu", "Tanh", "Sigmoid", "Identity"})
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def rewrite_channels_last(model: onnx.ModelProto) -> int:
+    """Rewrite `model` in place; returns the number of convs whose output is kept
+    channels-last (0: the graph was left as it was)."""
+    if has_subgraphs(model):  # they would read channels-last tensors unseen
+        return 0
+    graph = model.graph
+    constants = {init.name: init for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    outputs = {out.name for out in graph.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    last: set[str] = set()  # tensors stored channels-last
+    first_copy: dict[str, str] = {}  # channels-last tensor -> its channels-first copy
+    nodes: list[onnx.NodeProto] = []
+    new_inits: list[onnx.TensorProto] = []
+    skip: set[int] = set()
+    kept = 0
+
+    def swap(name: str, out: str) -> str:
+        nodes.append(
+            helper.make_node("Transpose", [name], [out], name=out + "/Transpose", perm=_SWAP)
+        )
+        return out
+
+    def to_first(name: str) -> str:
+        if name not in last:
+            return name
+        if name not in first_copy:
+            first_copy[name] = swap(name, f"{name}{CHANNELS_LAST_MARK}/ncw")
+        return first_copy[name]
+
+    def scalar(name: str) -> bool:
+        return name in constants and int(np.prod(constants[name].dims, dtype=np.int64)) == 1
+
+    def plain(node: onnx.NodeProto) -> None:
+        """Any other op reads its inputs channels-first, as the model wrote it."""
+        inputs = [to_first(name) if name else name for name in node.input]
+        del node.input[:]
+        node.input.extend(inputs)
+        nodes.append(node)
+
+    original = list(graph.node)
+    for position, node in enumerate(original):
+        if position in skip:
+            continue
+        free = not any(out in outputs for out in node.output)
+        if node.op_type == "Conv" and _is_1d(node) and free:
+            own = node.output[0]
+            node.input[0] = to_first(node.input[0])
+            node.output[0] = f"{own}{CHANNELS_LAST_MARK}/ncw"
+            nodes.append(node)
+            swap(node.output[0], own)
+            last.add(own)
+            first_copy[own] = node.output[0]  # readers that need channels-first read the conv
+            kept += 1
+        elif node.op_type in _UNARY and free and node.input[0] in last:
+            nodes.append(node)
+            last.add(node.output[0])
+        elif (
+            node.op_type in _BINARY
+            and free
+            and any(name in last for name in node.input)
+            and all(name in last or scalar(name) for name in node.input)
+        ):  # a residual add, a mean's division: both sides channels-last, or a scalar
+            nodes.append(node)
+            last.add(node.output[0])
+        elif (
+            node.op_type == "Concat"
+            and free
+            and (interleave := _interleave(original, position, readers, constants))
+            and all(name in last for name in node.input)
+        ):
+            flatten, channels = interleave
+            skip.update(position + offset for offset in (1, 2, 3))
+            for attribute in node.attribute:
+                if attribute.name == "axis":
+                    attribute.i = 2
+            nodes.append(node)
+            shape = f"{flatten.output[0]}{CHANNELS_LAST_MARK}/shape"
+            new_inits.append(numpy_helper.from_array(np.array([0, -1, channels], np.int64), shape))
+            nodes.append(
+                helper.make_node(
+                    "Reshape",
+                    [node.output[0], shape],
+                    [flatten.output[0]],
+                    name=f"{flatten.name}{CHANNELS_LAST_MARK}",
+                )
+            )
+            last.add(flatten.output[0])
+        else:
+            plain(node)
+    if not kept:
+        return 0
+    read = {name for node in nodes for name in node.input} | outputs
+    # A conv whose readers all take channels-first needs no channels-last copy.
+    nodes = [n for n in nodes if n.op_type != "Transpose" or n.output[0] in read]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(new_inits)
+    read = {name for node in nodes for name in node.input}
+    dropped = {name for position in skip for name in original[position].input} - read
+    # The replaced interleaves' shapes: onnxruntime warns of each unread initializer.
+    for init in [init for init in graph.initializer if init.name in dropped]:
+        graph.initializer.remove(init)
+    # Shapes recorded for the old layout would contradict the new one.
+    stale = [info for info in graph.value_info if info.name in last]
+    for info in stale:
+        graph.value_info.remove(info)
+    return kept
+
+
+def _is_1d(node: onnx.NodeProto) -> bool:
+    for attribute in node.attribute:
+        if attribute.name == "kernel_shape":
+            return len(attribute.ints) == 1
+    return False
+
+
+def _interleave(
+    nodes: list[onnx.NodeProto],
+    position: int,
+    readers: dict[str, list[onnx.NodeProto]],
+    constants: dict[str, onnx.TensorProto],
+) -> tuple[onnx.NodeProto, int] | None:
+    """The polyphase interleave after the phases Concat at `position` (polyphase.py):
+    the last of the three nodes that follow it in graph order, and the channels it
+    leaves; None if they are not that. Channels-last it is one Reshape: [1, T, s*C]
+    (channel r*C + c) is [1, T*s, C] (sample t*s + r) as it lies in memory."""
+    concat = nodes[position]
+    if position + 3 >= len(nodes) or _axis(concat) != 1:
+        return None
+    reshape, transpose, flatten = nodes[position + 1 : position + 4]
+    chain = (
+        reshape.op_type == "Reshape"
+        and transpose.op_type == "Transpose"
+        and flatten.op_type == "Reshape"
+        and list(reshape.input[:1]) == [concat.output[0]]
+        and list(transpose.input) == [reshape.output[0]]
+        and list(flatten.input[:1]) == [transpose.output[0]]
+        and len(readers.get(concat.output[0], [])) == 1
+        and len(readers.get(reshape.output[0], [])) == 1
+        and len(readers.get(transpose.output[0], [])) == 1
+    )
+    if not chain or reshape.input[1] not in constants or flatten.input[1] not in constants:
+        return None
+    split = numpy_helper.to_array(constants[reshape.input[1]]).tolist()
+    flat = numpy_helper.to_array(constants[flatten.input[1]]).tolist()
+    perm = [list(a.ints) for a in transpose.attribute if a.name == "perm"]
+    if len(split) != 4 or split[0] != 0 or min(split[1:3]) <= 0 or flat != [0, 0, -1]:
+        return None
+    if perm != [[0, 2, 3, 1]]:
+        return None
+    return flatten, int(split[2])
+
+
+def _axis(node: onnx.NodeProto) -> int | None:
+    for attribute in node.attribute:
+        if attribute.name == "axis":
+            return attribute.i
+    return None
