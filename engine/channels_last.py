@@ -37,6 +37,7 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = node.attribute[0].t
     outputs = {out.name for out in graph.output}
+    fed = {value.name for value in graph.input}  # initializers listed as inputs (old IRs)
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -62,7 +63,12 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
         return first_copy[name]
 
     def scalar(name: str) -> bool:
-        return name in constants and int(np.prod(constants[name].dims, dtype=np.int64)) == 1
+        """A one-element constant of rank ≤ 3 (broadcasts alike in either layout); not an
+        initializer the caller may feed (a graph input)."""
+        if name not in constants or name in fed:
+            return False
+        dims = constants[name].dims
+        return len(dims) <= 3 and int(np.prod(dims, dtype=np.int64)) == 1
 
     def plain(node: onnx.NodeProto) -> None:
         """Any other op reads its inputs channels-first, as the model wrote it."""
@@ -99,7 +105,7 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
         elif (
             node.op_type == "Concat"
             and free
-            and (interleave := _interleave(original, position, readers, constants))
+            and (interleave := _interleave(original, position, readers, constants, outputs))
             and all(name in last for name in node.input)
         ):
             flatten, channels = interleave
@@ -130,12 +136,15 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)
     read = {name for node in nodes for name in node.input}
-    dropped = {name for position in skip for name in original[position].input} - read
+    dropped = {name for position in skip for name in original[position].input} - read - fed
     # The replaced interleaves' shapes: onnxruntime warns of each unread initializer.
     for init in [init for init in graph.initializer if init.name in dropped]:
         graph.initializer.remove(init)
-    # Shapes recorded for the old layout would contradict the new one.
-    stale = [info for info in graph.value_info if info.name in last]
+    # Shapes recorded for the old layout would contradict the new one (a Concat of
+    # phases is channels-last too), and the replaced interleaves' tensors are gone.
+    gone = {name for position in skip for name in original[position].output}
+    changed = last | gone | {node.output[0] for node in nodes if node.op_type == "Concat"}
+    stale = [info for info in graph.value_info if info.name in changed]
     for info in stale:
         graph.value_info.remove(info)
     return kept
@@ -153,6 +162,7 @@ def _interleave(
     position: int,
     readers: dict[str, list[onnx.NodeProto]],
     constants: dict[str, onnx.TensorProto],
+    outputs: set[str],
 ) -> tuple[onnx.NodeProto, int] | None:
     """The polyphase interleave after the phases Concat at `position` (polyphase.py):
     the last of the three nodes that follow it in graph order, and the channels it
@@ -175,6 +185,8 @@ def _interleave(
     )
     if not chain or reshape.input[1] not in constants or flatten.input[1] not in constants:
         return None
+    if any(node.output[0] in outputs for node in (reshape, transpose, flatten)):
+        return None  # a graph output keeps the model's layout
     split = numpy_helper.to_array(constants[reshape.input[1]]).tolist()
     flat = numpy_helper.to_array(constants[flatten.input[1]]).tolist()
     perm = [list(a.ints) for a in transpose.attribute if a.name == "perm"]

@@ -536,6 +536,17 @@ def prepare_int8(
             )
         layout = measure_layout(best if last_split else None, plain, voice, gate_latents)
         progress(f"      layout: {_layout_text(layout)}")
+        # The gate's figures were measured on the channels-last candidate: the other
+        # is installed only if it makes the same audio.
+        if (
+            plain != best
+            and layout["cpu_layout"] != CHANNELS_LAST
+            and not _same_audio(best, plain, voice, gate_latents[:4])
+        ):
+            layout["cpu_layout"] = CHANNELS_LAST
+            progress("      the model's own graph quantized differently: channels-last kept")
+        # A crash from here on must not leave an old report describing a new model.
+        report_path.unlink(missing_ok=True)
         (best if layout["cpu_layout"] == CHANNELS_LAST else plain).replace(model_path)
 
     int8 = _decoder(model_path, voice, layout_optimizers(layout))
@@ -578,6 +589,12 @@ def prepare_int8(
     report["prepare_s"] = round(time.perf_counter() - started, 1)
     report_path.write_text(json.dumps(report, indent=2))
     return report
+
+
+def _same_audio(a: Path, b: Path, voice: Voice, zs: list[np.ndarray]) -> bool:
+    """Whether two decoders give the same samples (each latent decoded whole)."""
+    first, second = _decoder(a, voice), _decoder(b, voice)
+    return all(np.array_equal(first.decode(z).copy(), second.decode(z).copy()) for z in zs)
 
 
 def _layout_text(layout: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from magpie_tts.engine.channels_last import rewrite_channels_last
 from magpie_tts.engine.graph import split_voice
 from magpie_tts.engine.precision import CHANNELS_LAST
@@ -140,3 +141,64 @@ def test_ops_that_need_channels_first_get_them() -> None:
     for before, after in zip(_run(model, x), _run(rewritten, x), strict=True):
         np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
     assert [o.name for o in rewritten.graph.output] == ["y", "t"]
+
+
+def _upsampler(extra_outputs: tuple[str, ...] = (), shapes_as_inputs: bool = False):
+    """A conv, a two-phase polyphase upsampler (polyphase.py's interleave) and a
+    LeakyReLU, with more graph outputs or its initializers listed as inputs."""
+    rng = np.random.default_rng(11)
+    initializers = [
+        _init("w", rng.standard_normal((4, 3, 3))),
+        _init("p0", rng.standard_normal((4, 4, 1))),
+        _init("p1", rng.standard_normal((4, 4, 1))),
+        _init("s4", np.full((1, 1, 1, 1), 2.0)),  # one element, but rank 4
+        numpy_helper.from_array(np.array([0, 2, 4, -1], np.int64), "split"),
+        numpy_helper.from_array(np.array([0, 0, -1], np.int64), "flat"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node("Conv", ["c", "p0"], ["a"], kernel_shape=[1]),
+        helper.make_node("Conv", ["c", "p1"], ["b"], kernel_shape=[1]),
+        helper.make_node("Concat", ["a", "b"], ["phases"], axis=1),
+        helper.make_node("Reshape", ["phases", "split"], ["split_up"]),
+        helper.make_node("Transpose", ["split_up"], ["interleaved"], perm=[0, 2, 3, 1]),
+        helper.make_node("Reshape", ["interleaved", "flat"], ["up"]),
+        helper.make_node("LeakyRelu", ["up"], ["y"], alpha=0.1),
+        helper.make_node("Mul", ["c", "s4"], ["m"]),  # rank 4 out: not channels-last
+        helper.make_node("Squeeze", ["m"], ["squeezed"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "time"])]
+    if shapes_as_inputs:  # as exporters before IR 4 wrote them: feedable
+        inputs += [
+            helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in initializers
+        ]
+    ranks = {"y": 3, "squeezed": 2, "up": 3, "split_up": 4}
+    outputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * ranks[name])
+        for name in ("y", "squeezed", *extra_outputs)
+    ]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    return onnx.shape_inference.infer_shapes(model)  # value_info, as a split graph has
+
+
+@pytest.mark.parametrize(
+    "extra_outputs, shapes_as_inputs",
+    [((), False), (("up",), False), (("split_up",), False), ((), True)],
+    ids=["plain", "interleave-is-an-output", "inner-tensor-is-an-output", "shapes-are-inputs"],
+)
+def test_an_upsampler_keeps_its_numbers_and_outputs(extra_outputs, shapes_as_inputs) -> None:
+    model = _upsampler(extra_outputs, shapes_as_inputs)
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert rewrite_channels_last(rewritten) == 3
+    onnx.checker.check_model(rewritten, full_check=True)  # shapes recorded agree
+    interleaved = not extra_outputs
+    assert (
+        any(n.op_type == "Transpose" and n.output[0] == "interleaved" for n in rewritten.graph.node)
+        != interleaved
+    )
+    x = {"x": np.random.default_rng(2).standard_normal((1, 3, 5)).astype(np.float32)}
+    for before, after in zip(_run(model, x), _run(rewritten, x), strict=True):
+        assert before.shape == after.shape
+        np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
