@@ -2,10 +2,12 @@
 
 onnxruntime's NHWC transformer runs quantized convs channels-last but keeps every other
 op in the model's layout (channels-first), so it wraps each conv in a pair of
-transposes. In a HiFi-GAN decoder a conv is followed by a residual add, a LeakyReLU or
-the next conv, all elementwise: with the graph itself channels-last between convs, the
-transposes the rewrite puts around each conv meet onnxruntime's and cancel, and the
-quantized stages run from conv to conv without moving a tensor.
+transposes. Between a HiFi-GAN decoder's convs there are only elementwise ops (residual
+adds, LeakyReLUs, the mean of the residual blocks): with the graph itself channels-last
+between convs, the transposes the rewrite puts around each conv meet onnxruntime's and
+cancel, and the quantized stages run from conv to conv without moving a tensor (Piper
+medium: 40 transposes, 27 % of the INT8 decoder's time, down to 2; the same audio bit
+for bit, 1.35x the speed).
 
 Only a 1-D conv needs channels-first: elementwise ops follow their inputs' layout, a
 polyphase upsampler's interleave (polyphase.py) becomes one Reshape, and any other op
