@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .graph import has_subgraphs
+from .nodes import attributes, has_subgraphs
 
 CHANNELS_LAST_MARK = "/channels_last"  # in the names of the nodes the rewrite adds
 _SWAP = [0, 2, 1]  # [1, C, T] <-> [1, T, C]
@@ -84,7 +84,7 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
         if position in skip:
             continue
         free = not any(out in outputs for out in node.output)
-        if node.op_type == "Conv" and _is_1d(node) and free:
+        if node.op_type == "Conv" and len(attributes(node).get("kernel_shape", [])) == 1 and free:
             own = node.output[0]
             node.input[0] = to_first(node.input[0])
             node.output[0] = f"{own}{CHANNELS_LAST_MARK}/ncw"
@@ -137,7 +137,6 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)
-    read = {name for node in nodes for name in node.input}
     dropped = {name for position in skip for name in original[position].input} - read - fed
     # The replaced interleaves' shapes: onnxruntime warns of each unread initializer.
     for init in [init for init in graph.initializer if init.name in dropped]:
@@ -152,13 +151,6 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
     return kept
 
 
-def _is_1d(node: onnx.NodeProto) -> bool:
-    for attribute in node.attribute:
-        if attribute.name == "kernel_shape":
-            return len(attribute.ints) == 1
-    return False
-
-
 def _interleave(
     nodes: list[onnx.NodeProto],
     position: int,
@@ -171,7 +163,7 @@ def _interleave(
     leaves; None if they are not that. Channels-last it is one Reshape: [1, T, s*C]
     (channel r*C + c) is [1, T*s, C] (sample t*s + r) as it lies in memory."""
     concat = nodes[position]
-    if position + 3 >= len(nodes) or _axis(concat) != 1:
+    if position + 3 >= len(nodes) or attributes(concat).get("axis") != 1:
         return None
     reshape, transpose, flatten = nodes[position + 1 : position + 4]
     chain = (
@@ -191,16 +183,8 @@ def _interleave(
         return None  # a graph output keeps the model's layout
     split = numpy_helper.to_array(constants[reshape.input[1]]).tolist()
     flat = numpy_helper.to_array(constants[flatten.input[1]]).tolist()
-    perm = [list(a.ints) for a in transpose.attribute if a.name == "perm"]
     if len(split) != 4 or split[0] != 0 or min(split[1:3]) <= 0 or flat != [0, 0, -1]:
         return None
-    if perm != [[0, 2, 3, 1]]:
+    if list(attributes(transpose).get("perm", [])) != [0, 2, 3, 1]:
         return None
     return flatten, int(split[2])
-
-
-def _axis(node: onnx.NodeProto) -> int | None:
-    for attribute in node.attribute:
-        if attribute.name == "axis":
-            return attribute.i
-    return None

@@ -19,6 +19,7 @@ from pathlib import Path
 import onnx
 
 from .errors import VoiceError
+from .nodes import attributes
 from .polyphase import rewrite_conv_transposes
 from .voice import Voice
 
@@ -41,17 +42,6 @@ class SplitGraph:
     decoder_inputs: tuple[str, ...]
     durations_name: str | None = None  # frames per phoneme id, a second frontend output
     context_frames: int | None = None  # z frames one output sample sees on either side
-
-
-def has_subgraphs(model: onnx.ModelProto) -> bool:
-    """Whether any node carries a subgraph (If, Loop, Scan): those read outer names
-    implicitly, so a rewrite that counts a tensor's readers from node inputs alone
-    would miss some."""
-    return any(
-        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        for node in model.graph.node
-        for a in node.attribute
-    )
 
 
 def find_durations(model: onnx.ModelProto) -> str | None:
@@ -146,7 +136,7 @@ def receptive_frames(decoder: onnx.ModelProto, latent: str) -> int | None:
             continue
         left, right = max(b[0] for b in before), max(b[1] for b in before)
         if node.op_type in ("Conv", "ConvTranspose"):
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            attrs = attributes(node)
             rate = lengths.get(node.input[0], 0) / _PROBE_FRAMES
             if node.op_type == "ConvTranspose" or "pads" not in attrs or rate <= 0:
                 return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from .graph import has_subgraphs
+from .nodes import has_subgraphs
 
 
 def _constant_fill(node: onnx.NodeProto) -> float:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from .graph import has_subgraphs
+from .nodes import attributes, has_subgraphs
 
 
 def fuse_layer_norms(model: onnx.ModelProto) -> int:
@@ -116,8 +116,8 @@ def _layer_norm_at(
 def _mean_over_last_axis(node: onnx.NodeProto) -> bool:
     if node.op_type != "ReduceMean" or len(node.input) != 1:  # opset 18 takes axes as input
         return False
-    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return list(attributes.get("axes", [])) == [-1] and attributes.get("keepdims", 1) == 1
+    attrs = attributes(node)
+    return list(attrs.get("axes", [])) == [-1] and attrs.get("keepdims", 1) == 1
 
 
 def _other(node: onnx.NodeProto, name: str) -> str | None:

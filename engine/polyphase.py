@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .nodes import attributes
+
 POLYPHASE_MARK = "/phase"  # in the names of the Convs that replace an upsampler
 
 
@@ -64,10 +66,6 @@ def phase_weights(weight: np.ndarray, group: PhaseGroup, stride: int, pad: int) 
     return out.reshape(group.count * c_out, c_in, group.taps)
 
 
-def _attributes(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 def rewrite_conv_transposes(model: onnx.ModelProto) -> int:
     """Replace every 1-D ConvTranspose of the form the vocoder uses (kernel - 2*pad ==
     stride, so the output is exactly stride × the input) in place; returns how many."""
@@ -97,7 +95,7 @@ def rewrite_conv_transposes(model: onnx.ModelProto) -> int:
 def _polyphase(
     node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]
 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]] | None:
-    attrs = _attributes(node)
+    attrs = attributes(node)
     kernel = attrs.get("kernel_shape", [])
     if len(kernel) != 1 or node.input[1] not in inits:
         return None
