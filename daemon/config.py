@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomllib
-from magpie_tts.engine.decoder import DEFAULT_SCHEDULE
-from magpie_tts.engine.policy import DEFAULT_MAX_TEXT_CHARS
-from magpie_tts.engine.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
+from magpie_tts.engine import (
+    DEFAULT_FIRST_WORDS,
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_MAX_WORDS,
+    DEFAULT_SCHEDULE,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/magpie-tts/config.toml")

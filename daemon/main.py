@@ -11,8 +11,8 @@ from pathlib import Path
 from magpie_tts.engine import EngineError
 
 from .config import Config, ConfigError, load_config
-from .http_frontend import HttpServer
-from .mqtt import ConnectError
+from .frontends.http.server import HttpServer
+from .frontends.mqtt.link import ConnectError
 from .selftest import run_selftest
 from .service import VERSION, Service
 from .systemd import Notifier

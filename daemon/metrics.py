@@ -11,7 +11,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .utterance import Event, Utterance
+from .core.utterance import Event, Utterance
 
 __all__ = ["CONTENT_TYPE", "Metrics", "frontend_of"]
 

@@ -1,7 +1,7 @@
 """The service: builds the parts (voices, player, core, frontends) and reports status.
 
 The path of one utterance: a frontend parses a message into an `Ask` and calls the core
-(`core.py`); the core validates it with the engine's text policy, queues it, and its
+(`core/core.py`); the core validates it with the engine's text policy, queues it, and its
 worker streams the engine's chunks into the player (`player.py`), which writes ALSA.
 Events flow back from the core to the frontend that asked, and to this service, which
 keeps the status up to date.
@@ -14,13 +14,13 @@ import time
 from typing import Any
 
 from .config import Config
-from .core import Core, CoreLimits
+from .core.core import Core, CoreLimits
+from .core.utterance import Event, Utterance
+from .frontends.mqtt.frontend import MqttFrontend
+from .frontends.wyoming.server import WyomingServer, build_info
 from .metrics import Metrics
-from .mqtt_frontend import MqttFrontend
 from .player import Player
-from .utterance import Event, Utterance
 from .voices import VoiceRegistry, text_policy
-from .wyoming_frontend import WyomingServer, build_info
 
 VERSION = "0.2.0"
 

@@ -6,12 +6,18 @@ import logging
 import threading
 from pathlib import Path
 
-from magpie_tts.engine import StreamingSynthesizer, VoiceError, load_voice
-from magpie_tts.engine.cache import CacheConfig
-from magpie_tts.engine.policy import TextPolicy
-from magpie_tts.engine.runtime import RuntimeConfig, use_shared_thread_pool
-from magpie_tts.engine.synth import EngineConfig
-from magpie_tts.engine.voice import VoiceSummary, summarize_voice
+from magpie_tts.engine import (
+    CacheConfig,
+    EngineConfig,
+    RuntimeConfig,
+    StreamingSynthesizer,
+    TextPolicy,
+    VoiceError,
+    VoiceSummary,
+    load_voice,
+    summarize_voice,
+    use_shared_thread_pool,
+)
 
 from .config import Config
 

@@ -1,20 +1,58 @@
-"""Magpie TTS engine: text → phonemes → latent → streamed audio chunks.
+"""Magpie TTS engine: text → units → phoneme ids → latent → streamed audio chunks.
 
-The engine knows nothing of MQTT, ALSA or systemd; the daemon drives it.
+A library: it knows nothing of MQTT, ALSA, HTTP or systemd; the daemon and the tools
+drive it through the names below. Its folders, one concern each:
+- `text/`: normalization, verbalization, units and the text policy, phonemes;
+- `graph/`: offline ONNX rewrites (the frontend/decoder and encoder/flow splits);
+- `int8/`: INT8 preparation and its quality gate (offline; import it directly);
+- `stream/`: the streaming runtime (synthesizer, chunked decoder, turns, seams, cache);
+- `voice.py`, `runtime.py` (onnxruntime sessions), `precision.py` (which graphs run),
+  `values.py` (the value types), `errors.py`.
 """
 
 from .errors import EngineError, TextError, VoiceError
-from .synth import AudioChunk, StopToken, StreamingSynthesizer, SynthesisOptions
-from .voice import Voice, load_voice
+from .graph.split import SplitGraph, split_dir, split_voice
+from .precision import INT8_DECODER
+from .runtime import RuntimeConfig, session_options, use_shared_thread_pool
+from .stream.cache import CacheConfig, clear_directory
+from .stream.decoder import DEFAULT_SCHEDULE
+from .stream.synth import EngineConfig, StreamingSynthesizer
+from .stream.turns import CLIENT, SPEAKER
+from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
+from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
+from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from .voice import Voice, VoiceSummary, load_voice, summarize_voice
 
 __all__ = [
+    "CLIENT",
+    "DEFAULT_FIRST_WORDS",
+    "DEFAULT_MAX_TEXT_CHARS",
+    "DEFAULT_MAX_WORDS",
+    "DEFAULT_SCHEDULE",
+    "INT8_DECODER",
+    "SPEAKER",
     "AudioChunk",
+    "CacheConfig",
+    "EngineConfig",
     "EngineError",
+    "RuntimeConfig",
+    "SplitGraph",
+    "StageTimes",
     "StopToken",
     "StreamingSynthesizer",
     "SynthesisOptions",
     "TextError",
+    "TextPolicy",
+    "TextStream",
     "Voice",
     "VoiceError",
+    "VoiceSummary",
+    "clear_directory",
     "load_voice",
+    "session_options",
+    "split_dir",
+    "split_voice",
+    "summarize_voice",
+    "to_pcm",
+    "use_shared_thread_pool",
 ]

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from .graph import SplitGraph
+from .graph.split import SplitGraph
 from .runtime import NHWC_LAYOUT
 
 log = logging.getLogger(__name__)

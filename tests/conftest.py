@@ -10,11 +10,11 @@ import numpy as np
 import onnx
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, load_voice
-from magpie_tts.engine import flow as flow_module
-from magpie_tts.engine.flow import FlowSplit, split_flow
-from magpie_tts.engine.quantize import GATE_TEXTS
+from magpie_tts.engine.graph import flow_split as flow_module
+from magpie_tts.engine.graph.flow_split import FlowSplit, split_flow
+from magpie_tts.engine.int8.prepare import GATE_TEXTS
 from magpie_tts.engine.runtime import RuntimeConfig
-from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.engine.stream.synth import EngineConfig
 from magpie_tts.tools.recognizer import Recognizer
 
 from .harness import SEED
@@ -48,7 +48,7 @@ def synth(voice, state_dir: Path) -> StreamingSynthesizer:
 @pytest.fixture
 def split_with_rewrite(synth, tmp_path, monkeypatch) -> Callable[..., FlowSplit]:
     """The encoder/flow split of a copy of the voice's frontend, built with one of
-    flow.py's graph rewrites (by name) replaced: how a rewrite's failure is handled."""
+    flow_split.py's graph rewrites (by name) replaced: how a rewrite's failure is handled."""
 
     def split(rewrite: str, replacement: Callable[[onnx.ModelProto], int]) -> FlowSplit:
         monkeypatch.setattr(flow_module, rewrite, replacement)

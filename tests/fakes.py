@@ -13,10 +13,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+from magpie_tts.daemon.core.utterance import Event, Utterance
 from magpie_tts.daemon.player import Playback
-from magpie_tts.daemon.utterance import Event, Utterance
 from magpie_tts.engine import StopToken, VoiceError
-from magpie_tts.engine.synth import AudioChunk
+from magpie_tts.engine.stream.synth import AudioChunk
 
 RATE = 1000
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from magpie_tts.daemon.core import Core, CoreLimits
-from magpie_tts.daemon.utterance import TERMINAL, Ask, Refused
-from magpie_tts.engine.policy import TextPolicy
+from magpie_tts.daemon.core.core import Core, CoreLimits
+from magpie_tts.daemon.core.utterance import TERMINAL, Ask, Refused
+from magpie_tts.engine.text.policy import TextPolicy
 
 from .fakes import FakePlayer, FakeRegistry, FakeSynth, RecordingSink
 

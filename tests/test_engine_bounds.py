@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from magpie_tts.engine import StopToken, SynthesisOptions
-from magpie_tts.engine.phonemize import MAX_UNIT_IDS
+from magpie_tts.engine.text.phonemize import MAX_UNIT_IDS
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 

@@ -7,10 +7,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from magpie_tts.engine.channels_last import rewrite_channels_last
-from magpie_tts.engine.graph import split_voice
-from magpie_tts.engine.precision import CHANNELS_LAST
-from magpie_tts.engine.quantize import (
+from magpie_tts.engine.graph.channels_last import rewrite_channels_last
+from magpie_tts.engine.graph.split import split_voice
+from magpie_tts.engine.int8.prepare import (
     CalibrationMethod,
     _candidates,
     _conv_groups,
@@ -21,6 +20,7 @@ from magpie_tts.engine.quantize import (
     latents,
     measure_layout,
 )
+from magpie_tts.engine.precision import CHANNELS_LAST
 from onnx import TensorProto, helper, numpy_helper
 
 

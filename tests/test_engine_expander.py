@@ -7,8 +7,15 @@ import itertools
 
 import numpy as np
 from magpie_tts.engine import SynthesisOptions
-from magpie_tts.engine.expander import BLOCK, FLOOR_DB, RATIO, RELEASE_S, THRESHOLD_DBFS, Expander
-from magpie_tts.engine.quantize import log_mel, log_mel_distance, pause_floor_dbfs
+from magpie_tts.engine.int8.prepare import log_mel, log_mel_distance, pause_floor_dbfs
+from magpie_tts.engine.stream.expander import (
+    BLOCK,
+    FLOOR_DB,
+    RATIO,
+    RELEASE_S,
+    THRESHOLD_DBFS,
+    Expander,
+)
 
 RATE = 22050
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)

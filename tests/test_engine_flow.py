@@ -1,5 +1,6 @@
-"""The frontend split at the flow (engine/flow.py): the flow runs over the frames the
-decoder's windows read, and the audio is the same as from the whole frontend."""
+"""The frontend split at the flow (engine/graph/flow_split.py; at run time
+engine/stream/latent.py): the flow runs over the frames the decoder's windows read, and
+the audio is the same as from the whole frontend."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import onnx
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
-from magpie_tts.engine.flow import FlowLatent, find_flow_cut, remove_frontend, split_flow
+from magpie_tts.engine.graph.flow_split import find_flow_cut, remove_frontend, split_flow
+from magpie_tts.engine.stream.latent import FlowLatent
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 # A cut first unit (no comma in 12 words), then a later sentence: both context paths.
@@ -74,7 +76,7 @@ def test_a_split_that_fails_its_probes_keeps_the_whole_frontend(synth, tmp_path,
         frontend.parent.mkdir()
         frontend.write_bytes(synth.graph_paths["frontend"].read_bytes())
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="magpie_tts.engine.flow"):
+        with caplog.at_level(logging.INFO, logger="magpie_tts.engine.graph.flow_split"):
             assert (
                 split_flow(frontend, synth.latent_name, synth.durations_name, lambda bad=bad: bad)
                 is None

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnx.utils
 import onnxruntime as ort
-from magpie_tts.engine.identities import drop_identity_arithmetic
+from magpie_tts.engine.graph.identities import drop_identity_arithmetic
 from onnx import TensorProto, helper
 
 

@@ -10,17 +10,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from magpie_tts.engine import SynthesisOptions
-from magpie_tts.engine.graph import split_voice
-from magpie_tts.engine.precision import (
-    CHANNELS_LAST,
-    disabled_optimizers,
-    expands,
-    flow_path,
-    int8_paths,
-    select_decoder,
-    select_frontend,
-)
-from magpie_tts.engine.quantize import (
+from magpie_tts.engine.graph.split import split_voice
+from magpie_tts.engine.int8.prepare import (
     CALIBRATION_TEXTS,
     GATE_TEXTS,
     MAX_LOG_MEL_DB,
@@ -38,6 +29,15 @@ from magpie_tts.engine.quantize import (
     measure_layout,
     pause_floor_dbfs,
     quantize_flow,
+)
+from magpie_tts.engine.precision import (
+    CHANNELS_LAST,
+    disabled_optimizers,
+    expands,
+    flow_path,
+    int8_paths,
+    select_decoder,
+    select_frontend,
 )
 from magpie_tts.engine.runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from magpie_tts.engine.graph import SplitGraph
+from magpie_tts.engine.graph.split import SplitGraph
 from magpie_tts.engine.precision import int8_paths, select_decoder
 from magpie_tts.engine.runtime import (
     RuntimeConfig,
@@ -192,9 +192,9 @@ import json, shutil, sys
 from pathlib import Path
 import numpy as np
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
-from magpie_tts.engine.flow import split_flow
+from magpie_tts.engine.graph.flow_split import split_flow
 from magpie_tts.engine.runtime import RuntimeConfig, use_shared_thread_pool
-from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.engine.stream.synth import EngineConfig
 
 state, mode, scratch, seed = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
 if mode == "late":  # a session before the opt-in: onnxruntime's environment exists

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine import SynthesisOptions
-from magpie_tts.engine.seam import SampleCrop, crossfade, fade_out, unit_span
-from magpie_tts.engine.segment import Unit
+from magpie_tts.engine.stream.seam import SampleCrop, crossfade, fade_out, unit_span
+from magpie_tts.engine.text.segment import Unit
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 # Long first sentences without a comma: the first unit is cut between two words.

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine import StopToken, SynthesisOptions, TextError, VoiceError, load_voice
-from magpie_tts.engine.decoder import BUCKET_STEP, bucket_lengths, plan_windows
-from magpie_tts.engine.graph import find_latent, split_voice
+from magpie_tts.engine.graph.split import find_latent, split_voice
+from magpie_tts.engine.stream.decoder import BUCKET_STEP, bucket_lengths, plan_windows
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 MEDIUM = (
@@ -382,7 +382,7 @@ def test_unknown_voice_path_raises_voice_error(tmp_path) -> None:
 
 def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> None:
     from magpie_tts.engine import StreamingSynthesizer
-    from magpie_tts.engine.synth import EngineConfig
+    from magpie_tts.engine.stream.synth import EngineConfig
 
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"this is not an onnx model" * 100)
@@ -394,7 +394,7 @@ def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> N
 def test_unavailable_provider_falls_back_to_cpu_loudly(voice, state_dir, caplog) -> None:
     from magpie_tts.engine import StreamingSynthesizer
     from magpie_tts.engine.runtime import RuntimeConfig
-    from magpie_tts.engine.synth import EngineConfig
+    from magpie_tts.engine.stream.synth import EngineConfig
 
     config = EngineConfig(cache_dir=state_dir, runtime=RuntimeConfig(provider="tensorrt"))
     with caplog.at_level("WARNING"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from magpie_tts.engine import numbers
-from magpie_tts.engine.policy import TextPolicy
-from magpie_tts.engine.segment import ClauseSplitter, context_of, split_clauses
-from magpie_tts.engine.text import clean, has_speakable, normalize
+from magpie_tts.engine.text import numbers
+from magpie_tts.engine.text.normalize import clean, has_speakable, normalize
+from magpie_tts.engine.text.policy import TextPolicy
+from magpie_tts.engine.text.segment import ClauseSplitter, context_of, split_clauses
 
 
 @pytest.mark.parametrize(

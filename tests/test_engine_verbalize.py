@@ -7,7 +7,7 @@ import re
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from magpie_tts.engine.text import normalize
+from magpie_tts.engine.text.normalize import normalize
 
 CASES = [
     # dates: ISO, slashed (en-US month first unless the first part is over 12), in context

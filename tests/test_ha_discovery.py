@@ -8,7 +8,7 @@ import time
 
 import jinja2
 import pytest
-from magpie_tts.daemon.ha_discovery import config_topic
+from magpie_tts.daemon.frontends.mqtt.ha_discovery import config_topic
 
 from .conftest import write_wav
 from .harness import Probe, publish

@@ -7,10 +7,10 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from magpie_tts.daemon import mqtt_payloads as rq
-from magpie_tts.daemon.utterance import PRIORITIES, Ask
+from magpie_tts.daemon.core.utterance import PRIORITIES, Ask
+from magpie_tts.daemon.frontends.mqtt import payloads as rq
 from magpie_tts.engine import TextError
-from magpie_tts.engine.policy import TextPolicy
+from magpie_tts.engine.text.policy import TextPolicy
 
 LIMIT = 10_000
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
-from magpie_tts.engine.cache import CacheConfig, PhraseCache
 from magpie_tts.engine.runtime import RuntimeConfig
-from magpie_tts.engine.synth import EngineConfig
+from magpie_tts.engine.stream.cache import CacheConfig, PhraseCache
+from magpie_tts.engine.stream.synth import EngineConfig
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 

@@ -71,8 +71,7 @@ def _magpie_synth(voice_path: str, provider: str, precision: str, state_dir: str
 
     from magpie_tts.daemon.config import load_config
     from magpie_tts.daemon.voices import engine_config
-    from magpie_tts.engine import StreamingSynthesizer, load_voice
-    from magpie_tts.engine.runtime import use_shared_thread_pool
+    from magpie_tts.engine import StreamingSynthesizer, load_voice, use_shared_thread_pool
 
     base = engine_config(load_config())
     if base.workers == 0:  # as the daemon runs it (a worker process is one system)
@@ -98,7 +97,7 @@ def _magpie_runner(synth: Any) -> Runner:
 
 def _stage_profile(synth: Any, text: str, repeats: int) -> dict[str, float]:
     """Median-free sums over repeats, per run: where a synthesis spends its time."""
-    from magpie_tts.engine.synth import StageTimes
+    from magpie_tts.engine import StageTimes
 
     synth.stages = StageTimes()
     started = time.perf_counter()
@@ -118,7 +117,7 @@ def _op_profile(
     """Share of kernel time per operator type (onnxruntime's own profiler), with the
     graph transformers the synthesizer leaves out left out here too."""
     import onnxruntime as ort
-    from magpie_tts.engine.runtime import RuntimeConfig, session_options
+    from magpie_tts.engine import RuntimeConfig, session_options
 
     options = session_options(RuntimeConfig(provider="cpu"))
     options.enable_profiling = True
@@ -291,9 +290,7 @@ class _Worker:
 def available_systems(
     state_dir: Path, voice_path: str, peers: list[str], providers: tuple[str, ...] = ("cpu",)
 ) -> list[str]:
-    from magpie_tts.engine import load_voice
-    from magpie_tts.engine.graph import split_dir
-    from magpie_tts.engine.precision import INT8_DECODER
+    from magpie_tts.engine import INT8_DECODER, load_voice, split_dir
 
     systems = ["piper", "magpie-fp32"]
     if (split_dir(state_dir, load_voice(voice_path)) / INT8_DECODER).is_file():
@@ -440,8 +437,7 @@ def run_bench(
     voice: str | None = None,
     providers: tuple[str, ...] = ("cpu",),
 ) -> int:
-    from magpie_tts.engine import load_voice
-    from magpie_tts.engine.graph import split_voice
+    from magpie_tts.engine import load_voice, split_voice
 
     voice_path = str(load_voice(voice or config.engine.voice).model_path)
     state_dir = config.engine.state_dir

@@ -120,8 +120,7 @@ def start_piper_http(voice: Any) -> tuple[list[subprocess.Popen[bytes]], str]:
 
 
 def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
-    from magpie_tts.engine import load_voice
-    from magpie_tts.engine.graph import split_voice
+    from magpie_tts.engine import load_voice, split_voice
 
     voice = load_voice(config.engine.voice)
     split_voice(voice, config.engine.state_dir)

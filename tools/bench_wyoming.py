@@ -125,8 +125,7 @@ def _ms(values: list[float]) -> float:
 
 
 def run_wyoming_bench(config: Any, repeats: int, rounds: int) -> int:
-    from magpie_tts.engine import load_voice
-    from magpie_tts.engine.graph import split_voice
+    from magpie_tts.engine import load_voice, split_voice
 
     voice = load_voice(config.engine.voice)
     split_voice(voice, config.engine.state_dir)

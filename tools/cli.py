@@ -46,8 +46,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_say(args: argparse.Namespace) -> int:
     from magpie_tts.daemon.voices import engine_config
-    from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
-    from magpie_tts.engine.runtime import use_shared_thread_pool
+    from magpie_tts.engine import (
+        StreamingSynthesizer,
+        SynthesisOptions,
+        load_voice,
+        use_shared_thread_pool,
+    )
 
     from .wav import write_wav
 
@@ -68,8 +72,7 @@ def cmd_say(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from magpie_tts.engine import load_voice
-    from magpie_tts.engine.graph import split_voice
+    from magpie_tts.engine import load_voice, split_voice
 
     config = _load(args)
     voice = load_voice(args.voice or config.engine.voice)
@@ -77,7 +80,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(f"split graphs ready in {split.decoder.parent}")
     if args.no_int8:
         return 0
-    from magpie_tts.engine.quantize import prepare_int8
+    from magpie_tts.engine.int8.prepare import prepare_int8
 
     from . import recognizer
 
@@ -89,8 +92,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             return model.wer_pcm(pcm, rate, text)[0]
 
     from magpie_tts.daemon.voices import engine_config
-    from magpie_tts.engine import StreamingSynthesizer
-    from magpie_tts.engine.cache import CacheConfig
+    from magpie_tts.engine import CacheConfig, StreamingSynthesizer
 
     reference = StreamingSynthesizer(
         voice,
@@ -108,7 +110,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from magpie_tts.engine.cache import clear_directory
+    from magpie_tts.engine import clear_directory
 
     config = _load(args)
     folder = config.engine.state_dir / "phrases"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .mqtt import Topics
+from .link import Topics
 
 ORIGIN_URL = "https://github.com/magpie-tts/magpie-tts"
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .utterance import PRIORITIES, Ask, Refused
+from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused
 
 __all__ = ["PRIORITIES", "PayloadError", "StreamPiece", "parse_say", "parse_stream"]
 

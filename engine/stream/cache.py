@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .synth import SynthesisOptions
-    from .voice import Voice
+    from ..values import SynthesisOptions
+    from ..voice import Voice
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from magpie_tts.engine import EngineError, StopToken, SynthesisOptions
-from magpie_tts.engine.policy import TextPolicy
-from magpie_tts.engine.turns import CLIENT
+from magpie_tts.engine import CLIENT, EngineError, StopToken, SynthesisOptions, TextPolicy
 
-from .player import Playback
+from ..player import Playback
 from .queue import RateLimiter, UtteranceQueue
 from .stats import RollingStats
 from .utterance import (
@@ -468,7 +466,7 @@ class Core:
             SynthesisOptions(speed=ask.speed, speaker=ask.speaker),
             utterance.stop,
             cache_use="keep" if ask.cacheable else "auto",
-            priority=CLIENT,  # the local speaker's windows come first (engine/turns.py)
+            priority=CLIENT,  # the local speaker's windows come first (engine/stream/turns.py)
         )
         audio_s = compute_s = cached_s = 0.0
         ttfa_ms: float | None = None

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as mqtt
-
-from .config import MqttConfig
+from magpie_tts.daemon.config import MqttConfig
 
 log = logging.getLogger(__name__)
 

@@ -2,11 +2,11 @@
 
 Quantizing every decoder convolution (the last, 32-channel stage at the full sample
 rate included) leaves a hiss that speech masks but pauses do not: −61 dBFS in pauses
-against −85 for fp32 (quantize.py measures it). Below THRESHOLD_DBFS (short blocks'
+against −85 for fp32 (the INT8 gate measures it). Below THRESHOLD_DBFS (short blocks'
 RMS) the gain falls RATIO − 1 dB per dB, down to FLOOR_DB; it opens at once on the
 block that gets louder and closes over RELEASE_S, so word onsets are never cut and
 decays fade rather than chop. On fp32 speech it changes speech frames' log-mel
-spectrogram by about 0.1 dB (quantize.py's metric; ~0.9 dB over the whole sentence,
+spectrogram by about 0.1 dB (the INT8 gate's metric; ~0.9 dB over the whole sentence,
 near-silent frames included, which is what it is for).
 """
 

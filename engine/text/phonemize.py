@@ -7,8 +7,8 @@ import re
 import threading
 import unicodedata
 
-from .errors import TextError
-from .voice import Voice
+from ..errors import TextError
+from ..voice import Voice
 
 _PHONEME_BLOCK = re.compile(r"(\[\[.*?\]\])", re.S)
 _LANG_FLAG = re.compile(r"\([^)]+\)")

@@ -29,7 +29,10 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from magpie_tts.engine.voice import VoiceSummary
+from magpie_tts.daemon.config import Config
+from magpie_tts.daemon.core.core import Core
+from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance
+from magpie_tts.engine import VoiceSummary
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event as WyEvent
@@ -44,11 +47,8 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
-from .backpressure import bound_send_buffer, deliver
-from .config import Config
-from .core import Core
-from .loop_thread import LoopThread
-from .utterance import Ask, Event, Refused, Utterance
+from ..backpressure import bound_send_buffer, deliver
+from ..loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
 

@@ -44,16 +44,18 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from .channels_last import rewrite_channels_last
-from .decoder import ChunkedDecoder
-from .expander import Expander
-from .flow import remove_frontend, split_flow, unit_noise
-from .graph import SplitGraph
-from .polyphase import POLYPHASE_MARK
-from .precision import CHANNELS_LAST, flow_path, int8_paths, layout_optimizers
-from .runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
-from .synth import StreamingSynthesizer, SynthesisOptions, to_pcm
-from .voice import Voice
+from ..graph.channels_last import rewrite_channels_last
+from ..graph.flow_split import remove_frontend, split_flow
+from ..graph.polyphase import POLYPHASE_MARK
+from ..graph.split import SplitGraph
+from ..precision import CHANNELS_LAST, flow_path, int8_paths, layout_optimizers
+from ..runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
+from ..stream.decoder import ChunkedDecoder
+from ..stream.expander import Expander
+from ..stream.latent import unit_noise
+from ..stream.synth import StreamingSynthesizer
+from ..values import SynthesisOptions, to_pcm
+from ..voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ MAX_WER_INCREASE = 0.02
 # One noise draw per sentence moved either path's mean WER over the 22 gate sentences
 # between 0.013 and 0.056 (same models, measured): the verdict flipped by chance.
 WER_DRAWS = 3
-# Noise is seeded (flow.unit_noise): calibration latents repeat from prepare to prepare,
+# Noise is seeded (unit_noise): calibration latents repeat from prepare to prepare,
 # and draw k of the fp32 and the INT8 path is the same noise (a paired comparison).
 CALIBRATION_SEED = 0
 MIN_SPEEDUP = 1.15  # INT8 must beat fp32 by a margin, not by measurement noise

@@ -15,8 +15,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from . import text as textmod
-from .errors import TextError
+from ..errors import TextError
+from . import normalize as textmod
 from .segment import (
     DEFAULT_FIRST_WORDS,
     DEFAULT_MAX_WORDS,

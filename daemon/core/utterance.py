@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from magpie_tts.engine import StopToken
-from magpie_tts.engine.policy import TextStream
+from magpie_tts.engine import StopToken, TextStream
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .text import abbreviation_before
+from .normalize import abbreviation_before
 
 DEFAULT_MAX_WORDS = 20
 DEFAULT_FIRST_WORDS = 6

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 from aiohttp import web
+from magpie_tts.daemon.core.utterance import Event, Utterance
 
-from .backpressure import bound_send_buffer, deliver
-from .http_fields import ApiError, error_response
-from .utterance import Event, Utterance
+from ..backpressure import bound_send_buffer, deliver
+from .fields import ApiError, error_response
 
 UNKNOWN_SIZE = 0xFFFFFFFF
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -14,26 +13,28 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .cache import CacheConfig, PhraseCache, clear_directory
-from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
-from .errors import TextError, VoiceError
-from .expander import Expander
-from .flow import FlowLatent, split_flow, unit_noise
-from .graph import split_voice
-from .phonemize import MAX_UNIT_IDS, Phonemizer
-from .policy import TextPolicy, TextStream
-from .precision import disabled_optimizers, expands, select_decoder, select_frontend
-from .runtime import (
+from ..errors import TextError, VoiceError
+from ..graph.flow_split import split_flow
+from ..graph.split import split_voice
+from ..precision import disabled_optimizers, expands, select_decoder, select_frontend
+from ..runtime import (
     RuntimeConfig,
     choose_provider,
     confirm_provider,
     make_session,
     provider_name,
 )
+from ..text.phonemize import MAX_UNIT_IDS, Phonemizer
+from ..text.policy import TextPolicy, TextStream
+from ..text.segment import context_of
+from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from ..voice import Voice
+from .cache import CacheConfig, PhraseCache, clear_directory
+from .decoder import DEFAULT_CONTEXT, DEFAULT_SCHEDULE, ChunkedDecoder, bucket_lengths
+from .expander import Expander
+from .latent import FlowLatent, unit_noise
 from .seam import SampleCrop, crossfade, fade_out, unit_span
-from .segment import context_of
 from .turns import GUARD_S, SPEAKER, Pace, Turns
-from .voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +42,6 @@ Precision = Literal["auto", "fp32", "int8"]
 CacheUse = Literal["auto", "keep", "pin", "bypass"]
 WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
 CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
-
-
-@dataclass(frozen=True)
-class SynthesisOptions:
-    speed: float = 1.0  # > 1 speaks faster (divides the voice's length_scale)
-    noise_scale: float | None = None  # None: the voice's own value
-    noise_w: float | None = None
-    speaker: int | str | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.25 <= self.speed <= 4.0:
-            raise TextError(f"speed {self.speed} outside 0.25..4.0")
-        for name in ("noise_scale", "noise_w"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 2.0:
-                raise TextError(f"{name} {value} outside 0..2")
 
 
 @dataclass(frozen=True)
@@ -72,7 +57,7 @@ class EngineConfig:
     # the threads (CPU only; turns.py); 0: one stream's turn at a time on every thread.
     workers: int = 0
     # Run the flow (z_p → z) apart from the encoder, over the frames each window needs
-    # (flow.py); False runs the frontend whole, as before (for comparison).
+    # (latent.py); False runs the frontend whole, as before (for comparison).
     windowed_flow: bool = True
     # Noise per unit from its phoneme ids and this seed: the same text, the same audio
     # (tests, bug reports). None: fresh noise every time, as Piper does.
@@ -81,39 +66,6 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed < 2**32:
             raise ValueError(f"seed {self.seed} outside 0..2**32-1")
-
-
-@dataclass
-class AudioChunk:
-    pcm: np.ndarray  # int16, mono
-    sample_rate: int
-    clause_index: int
-    compute_s: float = 0.0  # synthesis time spent on this chunk (not waiting for text)
-    cached: bool = False  # came from the phrase cache
-
-    @property
-    def duration_s(self) -> float:
-        return len(self.pcm) / self.sample_rate
-
-
-@dataclass
-class StageTimes:
-    """Where synthesis time goes, summed over everything made while attached
-    (`StreamingSynthesizer.stages`): the bench's profile. Context overhead shows as ids
-    and frames computed beyond the unit's own."""
-
-    phonemize_s: float = 0.0
-    frontend_s: float = 0.0
-    decoder_s: float = 0.0
-    pcm_s: float = 0.0
-    ids: int = 0  # phoneme ids fed to the frontend (with context words)
-    own_ids: int = 0  # of those, the units' own
-    frames: int = 0  # latent frames kept as audio
-    decoded_frames: int = 0  # frames fed to the decoder (with window context)
-
-    def add(self, other: StageTimes) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 @dataclass
@@ -130,24 +82,6 @@ class _Join:
         chunk = AudioChunk(fade_out(self.tail), rate, self.index)
         self.tail = None
         return chunk
-
-
-class StopToken:
-    """Set from any thread; the stream ends before decoding its next chunk."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def stop(self) -> None:
-        self._event.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._event.is_set()
-
-
-def to_pcm(audio: np.ndarray) -> np.ndarray:
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 class StreamingSynthesizer:

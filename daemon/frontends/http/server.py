@@ -25,17 +25,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from magpie_tts.daemon.config import Config
+from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused
+from magpie_tts.daemon.metrics import CONTENT_TYPE
 
-from . import http_fields as fields
-from .config import Config
-from .http_audio import AudioResponse, OutcomeSink
-from .http_fields import OPENAI_VOICES, ApiError, error_response
-from .loop_thread import LoopThread
-from .metrics import CONTENT_TYPE
-from .utterance import PRIORITIES, Ask, Refused
+from ..loop_thread import LoopThread
+from . import fields
+from .audio import AudioResponse, OutcomeSink
+from .fields import OPENAI_VOICES, ApiError, error_response
 
 if TYPE_CHECKING:
-    from .service import Service
+    from magpie_tts.daemon.service import Service
 
 log = logging.getLogger(__name__)
 

@@ -13,18 +13,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .config import Config
-from .core import Core
+from magpie_tts.daemon.config import Config
+from magpie_tts.daemon.core.core import Core
+from magpie_tts.daemon.core.utterance import Event, Refused, Utterance
+
 from .ha_discovery import config_topic, discovery_config
-from .mqtt import MqttLink, Topics
-from .mqtt_payloads import (
+from .link import MqttLink, Topics
+from .payloads import (
     hermes_context,
     parse_hermes,
     parse_say,
     parse_stop,
     parse_stream,
 )
-from .utterance import Event, Refused, Utterance
 
 log = logging.getLogger(__name__)
 

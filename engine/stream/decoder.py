@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from .runtime import device_type
+from ..runtime import device_type
 
 DEFAULT_SCHEDULE = (16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXT = 16  # where the graph does not tell its receptive field

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import onnx
 
-from .errors import VoiceError
+from ..errors import VoiceError
+from ..voice import Voice
 from .nodes import attributes
 from .polyphase import rewrite_conv_transposes
-from .voice import Voice
 
 log = logging.getLogger(__name__)
 
