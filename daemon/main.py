@@ -11,10 +11,9 @@ from pathlib import Path
 from magpie_tts.engine import EngineError
 
 from .config import Config, ConfigError, load_config
-from .frontends.http.server import HttpServer
 from .frontends.mqtt.link import ConnectError
 from .selftest import run_selftest
-from .service import VERSION, Service
+from .service import Service
 from .systemd import Notifier
 
 log = logging.getLogger(__name__)
@@ -63,32 +62,30 @@ def run(config: Config, config_path: Path | None = None) -> int:
     for number in STOP_SIGNALS:
         signal.signal(number, lambda signum, _frame: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: reload.set())
-    http = HttpServer(config, VERSION) if config.http.enabled else None
     try:
-        if http is not None:
-            http.start()  # first, so /health answers "loading" while the voice loads
+        service = Service(config)
+        service.open()  # frontends that answer while the voice loads (/health: "loading")
     except (OSError, ConfigError) as exc:
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
     try:
-        return _serve(config, config_path, notifier, stop, reload, http)
+        return _serve(service, config_path, notifier, stop, reload)
     finally:
-        if http is not None:
-            http.stop()
+        service.shutdown()  # whatever was started (a second call does nothing)
 
 
 def _serve(
-    config: Config,
+    service: Service,
     config_path: Path | None,
     notifier: Notifier,
     stop: threading.Event,
     reload: threading.Event,
-    http: HttpServer | None,
 ) -> int:
+    config = service.config
     notifier.status("loading voice")
     try:
         with notifier.starting():  # TensorRT engine builds can take minutes the first time
-            service = Service(config)
+            service.load()
     except EngineError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
@@ -113,8 +110,6 @@ def _serve(
     except (ConnectError, OSError) as exc:  # the service closed what it had started
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
-    if http is not None:
-        http.attach(service)
     if config.selftest.audible and config.selftest.enabled:
         service.core.say_local("Magpie is ready.")
     notifier.ready(status_line(service))
@@ -124,7 +119,8 @@ def _serve(
     if os.environ.get("MAGPIE_TTS_TEST_HOOKS") == "1":
         # Test hook: SIGUSR1 makes the synthesis thread hang, as a deadlock would.
         hang = threading.Event()
-        signal.signal(signal.SIGUSR1, lambda *_: setattr(service.core, "stall_hook", hang.wait))
+        speaker = service.core.speaker
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(speaker, "stall_hook", hang.wait))
         service.core.fail_marker = "__magpie_fail__"
     while not stop.wait(min(interval, 5.0)):
         if reload.is_set():

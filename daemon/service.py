@@ -1,38 +1,46 @@
-"""The service: builds the parts (voices, player, core, frontends) and reports status.
+"""The service: builds the daemon's parts (voices, player, core, every frontend) and runs
+their lifecycle: open → load → start → shutdown. It is the `Host` frontends see.
 
 The path of one utterance: a frontend parses a message into an `Ask` and calls the core
-(`core/core.py`); the core validates it with the engine's text policy, queues it, and its
-worker streams the engine's chunks into the player (`player.py`), which writes ALSA.
-Events flow back from the core to the frontend that asked, and to this service, which
-keeps the status up to date.
+(`core/core.py`); the core validates it with the engine's text policy, queues it, and
+its speaker worker (`core/speaker.py`) streams the engine's chunks into the player
+(`player.py`), which writes ALSA. Events flow back from the core to the frontend that
+asked, and to this service (the core's monitor), which feeds the metrics and lets every
+frontend observe them (MQTT keeps its retained status up to date).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
 
+from magpie_tts.engine import VoiceSummary
+
+from . import VERSION
 from .config import Config
 from .core.core import Core, CoreLimits
 from .core.utterance import Event, Utterance
-from .frontends.mqtt.frontend import MqttFrontend
-from .frontends.wyoming.server import WyomingServer, build_info
+from .frontends import FRONTENDS, Frontend
 from .metrics import Metrics
 from .player import Player
 from .voices import VoiceRegistry, text_policy
 
-VERSION = "0.2.0"
+log = logging.getLogger(__name__)
 
 
 class Service:
     def __init__(self, config: Config, registry: VoiceRegistry | None = None) -> None:
+        """Build every part; nothing is loaded, opened or started yet (cheap)."""
         self.config = config
+        self.version = VERSION
         self.registry = registry or VoiceRegistry(config)
         self.selftest: dict[str, Any] | None = None
         self.degraded: str | None = None
         self.stale_s = 10.0
-        self.player = Player(config.audio, self._audio_error, self._audio_ok)
+        self.ready = False
+        self.player = Player(config.audio, self._audio_changed, lambda: self._audio_changed(None))
         self.metrics = Metrics()
         limits = config.limits
         self.core = Core(
@@ -46,68 +54,47 @@ class Service:
             on_refused=self.metrics.refused,
         )
         self._gauges()
-        self.mqtt = MqttFrontend(config, self.core, self.status, self._offline(), VERSION)
-        self.wyoming = (
-            WyomingServer(config, self.core, lambda: build_info(self.registry.catalogue(), VERSION))
-            if config.wyoming.enabled
-            else None
-        )
-
-    def _gauges(self) -> None:
-        gauge = self.metrics.gauge
-        gauge(
-            "magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(self.core.queue)
-        )
-        gauge(
-            "magpie_active_streams",
-            "Audio streams to clients now",
-            lambda: self.core.active_streams,
-        )
-        gauge(
-            "magpie_speaking", "1 while the speaker plays", lambda: float(bool(self.core.speaking))
-        )
-        gauge("magpie_xruns", "ALSA underruns since start", lambda: self.player.output.xruns)
-        gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
-
-        def cache_hits() -> float:
-            cache = self.registry.default.phrase_cache
-            return cache.hits if cache is not None else 0
-
-        gauge("magpie_phrase_cache_hits", "Phrase-cache hits since start", cache_hits)
-
-    def _ok(self) -> bool:
-        return self.healthy and not self.problems()
-
-    def refused(self, frontend: str, kind: str) -> None:
-        self.core.refused(frontend, kind)
-
-    def _offline(self) -> dict[str, Any]:
-        return {"state": "offline", "version": VERSION}
+        self.frontends: list[Frontend] = [
+            frontend(config, self) for frontend in FRONTENDS if frontend.enabled(config)
+        ]
+        self._started: list[Frontend] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    def open(self) -> None:
+        """Start the frontends that answer while the voice loads (HTTP's /health says
+        "loading"). Raises OSError (a port in use) with the reason."""
+        self._start(f for f in self.frontends if f.answers_while_loading)
+
+    def load(self) -> None:
+        """Load and warm the default voice (EngineError when it cannot be loaded)."""
+        self.registry.load()
+
     def start(self) -> None:
-        """Start every part; if one cannot start (a port in use, a broker refusing us),
-        close what was started and raise."""
+        """Start the player, the core and the other frontends, then serve. If one cannot
+        start (a port in use, a broker refusing us), close everything and raise."""
         self.player.start()
         self.core.start()
         try:
-            if self.wyoming is not None:
-                self.wyoming.start()  # before MQTT: a port in use fails the start cleanly
-            self.mqtt.start()
+            self._start(f for f in self.frontends if not f.answers_while_loading)
         except Exception:
-            self.player.close()
-            if self.wyoming is not None:
-                self.wyoming.stop()
+            self.shutdown()
             raise
+        self.ready = True
+
+    def _start(self, frontends: Any) -> None:
+        for frontend in frontends:
+            frontend.start()
+            self._started.append(frontend)
 
     def shutdown(self) -> None:
-        """Stop what plays, conclude what waits (each gets its event), then disconnect."""
+        """Stop what plays, conclude what waits (each gets its event), then stop the
+        frontends, the last started first."""
+        self.ready = False
         self.core.shutdown()
         self.player.close()
-        if self.wyoming is not None:
-            self.wyoming.stop()
-        self.mqtt.stop()
+        while self._started:
+            self._started.pop().stop()
 
     @property
     def healthy(self) -> bool:
@@ -117,7 +104,13 @@ class Service:
         player_ok = self.player.idle or now - self.player.heartbeat < self.stale_s
         return worker_ok and player_ok
 
-    # -- status -----------------------------------------------------------------------------
+    # -- what frontends see (the Host) -------------------------------------------------------
+
+    def catalogue(self) -> list[VoiceSummary]:
+        return self.registry.catalogue()
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()
 
     def problems(self) -> list[str]:
         found = [self.degraded] if self.degraded else []
@@ -130,7 +123,7 @@ class Service:
         problems = self.problems()
         status: dict[str, Any] = {
             "state": "online",
-            "version": VERSION,
+            "version": self.version,
             "pid": os.getpid(),
             "health": "degraded" if problems else "ok",
             "voice": synth.voice.name,
@@ -144,7 +137,11 @@ class Service:
             "speaking": self.core.speaking,
             "xruns": self.player.output.xruns,
             "audio": self.player.device_error or "ok",
-            "mqtt_reconnects": self.mqtt.reconnects,
+            **{
+                key: value
+                for frontend in self.frontends
+                for key, value in frontend.status().items()
+            },
             **self.core.stats.summary(),
             "streams": {"active": self.core.active_streams, **self.core.client_stats.summary()},
         }
@@ -163,18 +160,32 @@ class Service:
             status["selftest"] = self.selftest
         return status
 
+    # -- events -------------------------------------------------------------------------------
+
     def report(self, utterance: Utterance, event: Event) -> None:
-        """Every utterance's events (the core's monitor): status follows the queue."""
+        """Every utterance's events (the core's monitor): metrics, then each frontend."""
         self.metrics.observe(utterance, event)
-        if utterance.audio_out is None and utterance.sink is not self.mqtt:
-            # Speech on the speaker asked for elsewhere (HTTP /v1/say, the audible
-            # self-test): its events go to <base>/events as well, like MQTT's own.
-            self.mqtt.report(utterance, event)
-        if event.terminal or event.name == "interrupted":
-            self.mqtt.publish_status()
+        for frontend in tuple(self._started):
+            frontend.observe(utterance, event)
 
-    def _audio_error(self, message: str) -> None:
-        self.mqtt.audio_error(message)
+    def _audio_changed(self, problem: str | None) -> None:
+        for frontend in tuple(self._started):
+            frontend.audio_changed(problem)
 
-    def _audio_ok(self) -> None:
-        self.mqtt.publish_status()
+    def _gauges(self) -> None:
+        gauge = self.metrics.gauge
+        core = self.core
+        gauge("magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(core.queue))
+        gauge("magpie_active_streams", "Audio streams to clients now", lambda: core.active_streams)
+        gauge("magpie_speaking", "1 while the speaker plays", lambda: float(bool(core.speaking)))
+        gauge("magpie_xruns", "ALSA underruns since start", lambda: self.player.output.xruns)
+        gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
+
+        def cache_hits() -> float:
+            cache = self.registry.default.phrase_cache
+            return cache.hits if cache is not None else 0
+
+        gauge("magpie_phrase_cache_hits", "Phrase-cache hits since start", cache_hits)
+
+    def _ok(self) -> bool:
+        return self.healthy and not self.problems()

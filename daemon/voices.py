@@ -63,16 +63,30 @@ def engine_config(config: Config) -> EngineConfig:
 
 
 class VoiceRegistry:
-    """Holds warm synthesizers; other voices load on first use and stay warm."""
+    """Holds warm synthesizers: the default voice (`load`), other voices loaded on first
+    use; each stays warm."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self._engine_config = engine_config(config)
         self._lock = threading.Lock()
-        if config.engine.workers == 0:  # sessions run one at a time: one spinning pool
-            use_shared_thread_pool(config.engine.threads)
-        self.default = StreamingSynthesizer(load_voice(config.engine.voice), self._engine_config)
         self._by_key: dict[str, StreamingSynthesizer] = {}
+        self._default: StreamingSynthesizer | None = None
+
+    def load(self) -> StreamingSynthesizer:
+        """Load and warm the default voice (seconds; minutes for a first TensorRT build)."""
+        if self._default is None:
+            if self.config.engine.workers == 0:  # sessions run one at a time: one spinning pool
+                use_shared_thread_pool(self.config.engine.threads)
+            voice = load_voice(self.config.engine.voice)
+            self._default = StreamingSynthesizer(voice, self._engine_config)
+        return self._default
+
+    @property
+    def default(self) -> StreamingSynthesizer:
+        if self._default is None:
+            raise VoiceError("the default voice is not loaded yet")
+        return self._default
 
     def get(self, name: str | None) -> StreamingSynthesizer:
         if not name:

@@ -9,6 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
+from magpie_tts.daemon import VERSION
 from magpie_tts.daemon.config import Config, ConfigError, load_config
 from magpie_tts.engine import EngineError
 
@@ -39,7 +40,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from magpie_tts.daemon.voices import VoiceRegistry
 
     config = _load(args)
-    result = run_selftest(VoiceRegistry(config).default, config.selftest)
+    result = run_selftest(VoiceRegistry(config).load(), config.selftest)
     print(json.dumps(result, indent=2))
     return 0 if result["passed"] else 3
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, help="TOML config (default /etc/magpie-tts/config.toml)"
     )
     parser.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--version", action="version", version=f"magpie-tts {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the daemon (MQTT → speech), as systemd does")

@@ -2,26 +2,28 @@
 
 Frontends (MQTT + Hermes, Wyoming, HTTP) turn their messages into an `Ask` and call
 `submit`, `feed_stream` or `stop`; they hear back through the `Sink` they passed. The
-core owns the speaker queue, priorities and pre-emption, the synthesis worker and the
-player hand-off, and concludes every accepted utterance in one place (`_conclude`),
-which emits its one terminal event.
+core owns admission (ids, rate, queue, stream slots), priorities and pre-emption, stop,
+and concludes every accepted utterance in one place (`conclude`), which emits its one
+terminal event.
 
-An utterance is spoken on the speaker, or, when the frontend passes an `AudioOut`,
-streamed to a client (a Wyoming or HTTP connection): same admission, ids, stop and
-events, but it bypasses the speaker queue and runs at once on a client thread, up to
-`max_streams` at a time.
+An utterance is spoken on the speaker (the worker in speaker.py), or, when the frontend
+passes an `AudioOut`, streamed to a client (a Wyoming or HTTP connection): same
+admission, ids, stop and events, but it bypasses the speaker queue and runs at once on
+a client thread, up to `max_streams` at a time.
 
 Threads and what they own:
 - frontend threads (paho's network thread, the Wyoming/HTTP event loops) call
   submit / feed_stream / stop; they never touch an utterance's state directly;
-- the speaker worker ("magpie-synth") takes utterances off the queue, synthesizes and
-  hands PCM to the player; only it sets `current`, an utterance's cursor and outcome;
-- the player thread writes to ALSA and reports the first frame (`_first_frame`);
+- the speaker worker ("magpie-synth", speaker.py) takes utterances off the queue,
+  synthesizes and hands PCM to the player; only it sets `speaker.current`, and an
+  utterance's cursor and outcome while it speaks;
+- the player thread writes to ALSA and reports the first frame;
 - one client thread ("magpie-client") per client-bound utterance synthesizes it into
   its AudioOut and concludes it; it owns that utterance's cursor and outcome.
-`_lock` guards the queue membership, `current`, the client set and the live-id map. Nothing outside
-the core (a sink, the player, the engine) is called while it is held: methods decide
-under the lock and act after releasing it.
+`lock` guards the queue membership, the speaker's current utterance and playback, the
+client set and the live-id map. Nothing outside the core (a sink, the player, the
+engine) is called while it is held: methods decide under the lock and act after
+releasing it.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from magpie_tts.engine import CLIENT, EngineError, StopToken, SynthesisOptions, TextPolicy
+from magpie_tts.engine import CLIENT, EngineError, SynthesisOptions, TextPolicy
 
 from ..player import Playback
-from .queue import RateLimiter, UtteranceQueue
-from .stats import RollingStats
+from .queue import UtteranceQueue
+from .rate import RateLimit
+from .speaker import NOTHING_SPEAKABLE, Speaker
+from .stats import RollingStats, Tally
 from .utterance import (
     PRIORITIES,
     Ask,
@@ -52,7 +56,7 @@ from .utterance import (
 
 log = logging.getLogger(__name__)
 
-NOTHING_SPEAKABLE = "nothing speakable in the text (no letters after clean-up)"
+__all__ = ["NOTHING_SPEAKABLE", "Core", "CoreLimits"]
 
 
 class PlayerPort(Protocol):
@@ -95,24 +99,20 @@ class Core:
         self.clock = clock
         self._on_refused = on_refused
         self.queue = UtteranceQueue(limits.max_queue)
-        self.rate = RateLimiter(limits.rate_per_minute, clock)
+        self.rate = RateLimit(limits.rate_per_minute, clock)
         self.stats = RollingStats()  # the speaker's utterances
         self.client_stats = RollingStats()  # client-bound utterances (first chunk out)
         self._clients: set[Utterance] = set()
-        self.current: Utterance | None = None
-        self._playback: Playback | None = None
         self._live: dict[str, Utterance] = {}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._stopping = threading.Event()
-        self.heartbeat = clock()
-        self.stall_hook: Callable[[], None] | None = None  # tests: make the worker hang
         self.fail_marker: str | None = None  # tests: text containing it fails in synthesis
-        self._worker = threading.Thread(target=self._work, name="magpie-synth", daemon=True)
+        self.speaker = Speaker(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        self._worker.start()
+        self.speaker.start()
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Take no more work; stop what plays and conclude everything queued."""
@@ -120,24 +120,32 @@ class Core:
         self.stop(None, reason="shutdown")
         self.queue.close()
         deadline = time.monotonic() + timeout
-        self._worker.join(timeout)
+        self.speaker.join(timeout)
         while self._clients and time.monotonic() < deadline:  # client threads conclude
             time.sleep(0.01)
 
     @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
     def worker_alive(self) -> bool:
-        return self._worker.is_alive()
+        return self.speaker.alive
+
+    @property
+    def heartbeat(self) -> float:
+        return self.speaker.heartbeat
 
     @property
     def speaking(self) -> str | None:
-        current = self.current
+        current = self.speaker.current
         return current.id if current is not None else None
-
-    # -- frontends call these -----------------------------------------------------------
 
     @property
     def active_streams(self) -> int:
         return len(self._clients)
+
+    # -- frontends call these -----------------------------------------------------------
 
     def submit(
         self, ask: Ask, sink: Sink | None = None, audio_out: AudioOut | None = None
@@ -166,7 +174,7 @@ class Core:
         One rule for ids, as for `submit`: an id names a live utterance; once that is
         over, the id may start a new one.
         """
-        with self._lock:
+        with self.lock:
             utterance = self._live.get(ask.id)
         if utterance is not None and utterance.stream is None:
             raise Refused(
@@ -199,15 +207,15 @@ class Core:
 
     def stop(self, request_id: str | None, reason: str = "stop requested") -> int:
         """Barge-in: stop the utterance with this id, or everything; how many matched."""
-        with self._lock:
+        with self.lock:
             matched = [u for u in self._live.values() if request_id is None or u.id == request_id]
             for utterance in matched:
                 utterance.stop_reason = reason  # wins over a pending resume
             queued = self.queue.remove(lambda u: u in matched)
-            current = self.current if self.current in matched else None
-            playback = self._playback if current is not None else None
+            current = self.speaker.current if self.speaker.current in matched else None
+            playback = self.speaker.playback if current is not None else None
         for utterance in queued:
-            self._conclude(utterance, "stopped", reason=reason, played=False)
+            self.conclude(utterance, "stopped", reason=reason, played=False)
         for utterance in matched:
             self._cancel(utterance, playback if utterance is current else None)
         return len(matched)
@@ -237,10 +245,14 @@ class Core:
         to_client = utterance.audio_out is not None
         preempt = playback = None
         with utterance.ordered():
-            with self._lock:
+            with self.lock:
                 if utterance.id in self._live:
                     raise Refused(f"request id {utterance.id!r} is already queued", utterance.id)
-                self.rate.check(utterance.id)
+                if not self.rate.allows():
+                    raise Refused(
+                        f"rate limit: more than {self.rate.per_minute} requests per minute",
+                        utterance.id,
+                    )
                 if to_client:
                     if len(self._clients) >= self.limits.max_streams:
                         raise Refused(
@@ -255,11 +267,14 @@ class Core:
                 depth = len(self.queue)
                 if not to_client:
                     preempt = self._preemption(utterance)
-                    playback = self._playback if preempt is not None else None
-            self._report(utterance, "queued", priority=utterance.ask.priority, queue_depth=depth)
+                    playback = self.speaker.playback if preempt is not None else None
+            self.report(utterance, "queued", priority=utterance.ask.priority, queue_depth=depth)
         if to_client:
             worker = threading.Thread(
-                target=self._serve_client, args=(utterance,), name="magpie-client", daemon=True
+                target=self.guarded,
+                args=(self._stream_to_client, utterance),
+                name="magpie-client",
+                daemon=True,
             )
             worker.start()
         if preempt is not None:
@@ -268,7 +283,7 @@ class Core:
 
     def _preemption(self, arriving: Utterance) -> Utterance | None:
         """The current utterance if an alert interrupts it (call with the lock held)."""
-        current = self.current
+        current = self.speaker.current
         if arriving.ask.priority != "alert" or current is None:
             return None
         if PRIORITIES[current.ask.priority] <= PRIORITIES["alert"] or current.stop_reason:
@@ -283,181 +298,27 @@ class Core:
         if playback is not None:
             self.player.cancel(playback)
 
-    # -- the speaker worker -------------------------------------------------------------
+    # -- running one utterance (the speaker worker or a client thread) --------------------
 
-    def _work(self) -> None:
-        while True:
-            self.heartbeat = self.clock()
-            if self.stall_hook is not None:
-                self.stall_hook()
-            self._reap_idle_streams()
-            utterance = self.queue.get(timeout=0.5)
-            if utterance is None:
-                if self._stopping.is_set():
-                    return
-                continue
-            with self._lock:
-                self.current = utterance  # from here on a stop finds it playing
-            try:
-                self._guarded(self._speak, utterance)
-            finally:
-                with self._lock:
-                    self.current = None
-                    self._playback = None
-
-    def _reap_idle_streams(self) -> None:
-        """A stream whose sender went quiet while it waited is concluded without ever
-        holding the speaker."""
-        limit = self.limits.stream_idle_s
-
-        def idle(u: Utterance) -> bool:
-            return u.stream is not None and not u.stream.closed and u.stream.idle_s() > limit
-
-        with self._lock:
-            reaped = self.queue.remove(idle)
-        for utterance in reaped:
-            utterance.stream.finish()  # type: ignore[union-attr]
-            self._conclude(
-                utterance,
-                "error",
-                error=f"stream {utterance.id!r} idle for {limit:g} s without final",
-            )
-
-    def _speak(self, utterance: Utterance) -> None:
-        ask = utterance.ask
-        if self.fail_marker and self.fail_marker in ask.text:
-            raise RuntimeError("test hook: synthesis failure injected")
-        if utterance.stop_reason or utterance.stop.stopped:  # stopped on its way here
-            self._conclude(utterance, "stopped", reason=utterance.stop_reason, played=False)
-            return
-        synth = self.registry.get(ask.voice)
-        playback = Playback(
-            sample_rate=synth.voice.sample_rate,
-            volume=ask.volume,
-            on_first_frame=lambda pb: self._first_frame(utterance, pb),
-        )
-        with self._lock:
-            self._playback = playback
-            stopped = utterance.stop.stopped  # a stop that came before _playback was set
-        if stopped:
-            self.player.cancel(playback)
-        options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
-        units = utterance.pending_units(self.limits.stream_idle_s, lambda: utterance.stop.stopped)
-        audio_s = compute_s = cached_s = 0.0
-        first_cached: bool | None = None  # was the first audio heard a cache hit?
-        chunks = synth.stream_clauses(
-            units,
-            options,
-            utterance.stop,
-            cache_use="keep" if ask.cacheable else "auto",
-            first_index=utterance.cursor,
-        )
-        for chunk in chunks:
-            self.heartbeat = self.clock()
-            if chunk.cached:
-                cached_s += chunk.duration_s
-            else:
-                audio_s += chunk.duration_s
-                compute_s += chunk.compute_s
-            if first_cached is None:
-                first_cached = chunk.cached
-            if not self.player.submit(playback, chunk.pcm, unit=chunk.clause_index):
-                break
-        self.player.finish(playback)
-        while not playback.finished.wait(1.0):
-            self.heartbeat = self.clock()
-        self._after_playback(utterance, playback, audio_s, compute_s, cached_s, bool(first_cached))
-
-    def _first_frame(self, utterance: Utterance, playback: Playback) -> None:
-        at = playback.first_frame_at or self.clock()
-        ttfa_ms = round((at - utterance.ask.received_at) * 1000, 1)
-        self._report(utterance, "started", ttfa_ms=ttfa_ms, resumed_at_unit=utterance.cursor)
-
-    def _after_playback(
-        self,
-        utterance: Utterance,
-        playback: Playback,
-        audio_s: float,
-        compute_s: float,
-        cached_s: float,
-        first_cached: bool,
-    ) -> None:
-        ttfa_ms = None
-        if playback.first_frame_at is not None:
-            ttfa_ms = round((playback.first_frame_at - utterance.ask.received_at) * 1000, 1)
-        timing = {
-            "ttfa_ms": ttfa_ms,
-            "duration_s": round(playback.frames_written / playback.sample_rate, 3),
-            "rtf": round(compute_s / audio_s, 4) if audio_s > 0 else None,
-            "cached_s": round(cached_s, 3),
-        }
-        resume = False
-        with self._lock:
-            if utterance.stop.stopped and not utterance.stop_reason and utterance.preempted:
-                # Pre-empted by an alert, and no stop since: resume at the unit that was
-                # being heard. Decided under the lock, so a stop either came first (and
-                # wins) or finds it back in the queue.
-                if playback.unit_playing is not None:
-                    utterance.cursor = playback.unit_playing
-                utterance.preempted = False
-                utterance.stop = StopToken()
-                self.queue.put(utterance, force=True)
-                resume = True
-        if resume:
-            self._report(
-                utterance,
-                "interrupted",
-                reason="preempted by alert",
-                resume_at_unit=utterance.cursor,
-                **timing,
-            )
-            return
-        if utterance.stop.stopped:
-            self._conclude(
-                utterance,
-                "stopped",
-                reason=utterance.stop_reason or "stopped",
-                frames_after_stop=playback.frames_after_cancel,
-                **timing,
-            )
-            return
-        if playback.frames_written == 0 and not utterance.units:
-            self._conclude(utterance, "error", error=NOTHING_SPEAKABLE)
-            return
-        self._finished(utterance, self.stats, timing, first_cached)
-
-    def _finished(
-        self, utterance: Utterance, stats: RollingStats, timing: dict[str, Any], cached: bool
-    ) -> None:
-        """Conclude a finished utterance (speaker or client) and count it."""
-        stats.add(timing["ttfa_ms"], timing["rtf"], cached=cached)
-        if utterance.stream_timed_out:
-            timing["error"] = (
-                f"stream {utterance.id!r} ended without final after "
-                f"{self.limits.stream_idle_s:g} s idle"
-            )
-        self._conclude(utterance, "finished", **timing)
-
-    # -- client-bound utterances (one thread each) ---------------------------------------
-
-    def _serve_client(self, utterance: Utterance) -> None:
-        self._guarded(self._stream_to_client, utterance)
-
-    def _guarded(self, speak: Callable[[Utterance], None], utterance: Utterance) -> None:
+    def guarded(self, speak: Callable[[Utterance], None], utterance: Utterance) -> None:
         """Run one utterance; a failure concludes it with an error, never the thread."""
         try:
             speak(utterance)
         except EngineError as exc:
-            self._conclude(utterance, "error", error=str(exc))
+            self.conclude(utterance, "error", error=str(exc))
         except Exception as exc:  # one broken utterance must not end the service
             log.exception("synthesis of %s failed", utterance.id)
-            self._conclude(utterance, "error", error=f"internal error: {exc}")
+            self.conclude(utterance, "error", error=f"internal error: {exc}")
 
-    def _stream_to_client(self, utterance: Utterance) -> None:
-        ask, out = utterance.ask, utterance.audio_out
-        assert out is not None
+    def check_fail_marker(self, ask: Ask) -> None:
         if self.fail_marker and self.fail_marker in ask.text:
             raise RuntimeError("test hook: synthesis failure injected")
+
+    def _stream_to_client(self, utterance: Utterance) -> None:
+        """A client-bound utterance, on its own thread: chunks into its AudioOut."""
+        ask, out = utterance.ask, utterance.audio_out
+        assert out is not None
+        self.check_fail_marker(ask)
         synth = self.registry.get(ask.voice)
         rate = synth.voice.sample_rate
         units = utterance.pending_units(self.limits.stream_idle_s, lambda: utterance.stop.stopped)
@@ -468,46 +329,45 @@ class Core:
             cache_use="keep" if ask.cacheable else "auto",
             priority=CLIENT,  # the local speaker's windows come first (engine/stream/turns.py)
         )
-        audio_s = compute_s = cached_s = 0.0
+        tally = Tally()
         ttfa_ms: float | None = None
-        first_cached = False
         for chunk in chunks:
             pcm = chunk.pcm
             if ask.volume != 1.0:
                 pcm = np.clip(pcm * ask.volume, -32768, 32767).astype(np.int16)
             if not out.write(pcm, rate):
-                with self._lock:
+                with self.lock:
                     utterance.stop_reason = utterance.stop_reason or "client gone"
                 utterance.stop.stop()
                 break
-            if chunk.cached:
-                cached_s += chunk.duration_s
-            else:
-                audio_s += chunk.duration_s
-                compute_s += chunk.compute_s
+            tally.add(chunk)
             if ttfa_ms is None:  # the first chunk is out of the daemon
                 ttfa_ms = round((self.clock() - ask.received_at) * 1000, 1)
-                first_cached = chunk.cached
-                self._report(utterance, "started", ttfa_ms=ttfa_ms)
-        timing = {
-            "ttfa_ms": ttfa_ms,
-            "duration_s": round(audio_s + cached_s, 3),
-            "rtf": round(compute_s / audio_s, 4) if audio_s > 0 else None,
-            "cached_s": round(cached_s, 3),
-        }
+                self.report(utterance, "started", ttfa_ms=ttfa_ms)
+        timing = tally.timing(ttfa_ms, tally.audio_s + tally.cached_s)
         if utterance.stop.stopped:
-            self._conclude(
-                utterance, "stopped", reason=utterance.stop_reason or "stopped", **timing
-            )
+            self.conclude(utterance, "stopped", reason=utterance.stop_reason or "stopped", **timing)
         elif ttfa_ms is None:
-            self._conclude(utterance, "error", error=NOTHING_SPEAKABLE)
+            self.conclude(utterance, "error", error=NOTHING_SPEAKABLE)
         else:
-            self._finished(utterance, self.client_stats, timing, first_cached)
+            self.finished(utterance, self.client_stats, timing, bool(tally.first_cached))
 
     # -- the one place an utterance ends ------------------------------------------------
 
-    def _conclude(self, utterance: Utterance, outcome: str, **fields: Any) -> None:
-        with self._lock:
+    def finished(
+        self, utterance: Utterance, stats: RollingStats, timing: dict[str, Any], cached: bool
+    ) -> None:
+        """Conclude a finished utterance (speaker or client) and count it."""
+        stats.add(timing["ttfa_ms"], timing["rtf"], cached=cached)
+        if utterance.stream_timed_out:
+            timing["error"] = (
+                f"stream {utterance.id!r} ended without final after "
+                f"{self.limits.stream_idle_s:g} s idle"
+            )
+        self.conclude(utterance, "finished", **timing)
+
+    def conclude(self, utterance: Utterance, outcome: str, **fields: Any) -> None:
+        with self.lock:
             if self._live.get(utterance.id) is utterance:
                 del self._live[utterance.id]
             self._clients.discard(utterance)
@@ -518,9 +378,9 @@ class Core:
             stats.stopped += 1
         elif outcome == "error":
             stats.errors += 1
-        self._report(utterance, outcome, **fields)
+        self.report(utterance, outcome, **fields)
 
-    def _report(self, utterance: Utterance, name: str, **fields: Any) -> None:
+    def report(self, utterance: Utterance, name: str, **fields: Any) -> None:
         event = Event(name, fields)
         try:
             if utterance.report(event):

@@ -1,11 +1,9 @@
-"""Bounded priority queue of utterances (alert > normal > low, FIFO within) and a rate limit."""
+"""Bounded priority queue of utterances (alert > normal > low, FIFO within)."""
 
 from __future__ import annotations
 
-import collections
 import heapq
 import threading
-import time
 from collections.abc import Callable
 
 from .utterance import Refused, Utterance
@@ -57,29 +55,3 @@ class UtteranceQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-
-class RateLimiter:
-    """At most `per_minute` accepted requests in any sliding 60 s window."""
-
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_minute = per_minute
-        self._clock = clock
-        self._times: collections.deque[float] = collections.deque()
-        self._lock = threading.Lock()
-
-    def check(self, request_id: str | None = None) -> None:
-        """Raise if one more request would go over the limit; counts nothing."""
-        with self._lock:
-            now = self._clock()
-            while self._times and now - self._times[0] > 60.0:
-                self._times.popleft()
-            if len(self._times) >= self.per_minute:
-                raise Refused(
-                    f"rate limit: more than {self.per_minute} requests per minute", request_id
-                )
-
-    def take(self) -> None:
-        """Count an accepted request (only those: a refused one costs no budget)."""
-        with self._lock:
-            self._times.append(self._clock())

@@ -1,4 +1,5 @@
-"""Rolling latency figures for status: first audio percentiles and RTF.
+"""Latency figures: one utterance's tally as its chunks go out, and the rolling first
+audio percentiles and RTF that status reports.
 
 Synthesized audio and phrase-cache hits are kept apart: a cache hit is not a measure of
 synthesis, and mixing them would flatter the figures.
@@ -8,8 +9,39 @@ from __future__ import annotations
 
 import collections
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from magpie_tts.engine import AudioChunk
+
+
+@dataclass
+class Tally:
+    """One utterance's audio as its chunks go out (to the player or to a client)."""
+
+    audio_s: float = 0.0  # synthesized
+    compute_s: float = 0.0  # spent synthesizing it
+    cached_s: float = 0.0  # from the phrase cache
+    first_cached: bool | None = None  # None: no chunk yet
+
+    def add(self, chunk: AudioChunk) -> None:
+        if chunk.cached:
+            self.cached_s += chunk.duration_s
+        else:
+            self.audio_s += chunk.duration_s
+            self.compute_s += chunk.compute_s
+        if self.first_cached is None:
+            self.first_cached = chunk.cached
+
+    def timing(self, ttfa_ms: float | None, duration_s: float) -> dict[str, Any]:
+        """The figures an utterance's terminal event carries."""
+        return {
+            "ttfa_ms": ttfa_ms,
+            "duration_s": round(duration_s, 3),
+            "rtf": round(self.compute_s / self.audio_s, 4) if self.audio_s > 0 else None,
+            "cached_s": round(self.cached_s, 3),
+        }
 
 
 def _percentiles(values: collections.deque[float]) -> dict[str, float] | None:

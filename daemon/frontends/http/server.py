@@ -1,20 +1,20 @@
 """The HTTP frontend (aiohttp): the OpenAI speech API, `/tts`, `/v1/say`, `/health` and
 `/metrics`.
 
-It only translates: a request becomes an ask for the core; audio the core makes for it
-comes back through an `AudioOut` into the response, its outcome through a `Sink`.
+It only translates (the frontend contract, ../base.py): a request becomes an ask for the
+core; audio the core makes for it comes back through an `AudioOut` into the response,
+its outcome through a `Sink`.
 Audio is streamed as it is decoded (chunked transfer) unless a whole file is asked for.
 A streamed WAV has a header of unknown length: RIFF and data sizes 0xFFFFFFFF.
 
-The server starts before the voice loads, so `/health` can say "loading" (503) until
-the daemon is ready; every other route answers 503 until then as well.
+It answers while the voice loads, so `/health` can say "loading" (503) until the daemon
+is ready; every other route answers 503 until then as well.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
-import collections
 import contextlib
 import hmac
 import json
@@ -22,20 +22,20 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from magpie_tts.daemon.config import Config
+from magpie_tts.daemon.core.core import Core
+from magpie_tts.daemon.core.rate import RateLimit
 from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused
 from magpie_tts.daemon.metrics import CONTENT_TYPE
 
+from ..base import Frontend, Host
 from ..loop_thread import LoopThread
 from . import fields
 from .audio import AudioResponse, OutcomeSink
 from .fields import OPENAI_VOICES, ApiError, error_response
-
-if TYPE_CHECKING:
-    from magpie_tts.daemon.service import Service
 
 log = logging.getLogger(__name__)
 
@@ -48,45 +48,27 @@ STATUS_OF = {  # Refused.code → HTTP status
 }
 
 
-class ClientRates:
-    """Accepted requests per client address per sliding minute."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
-        self._seen: dict[str, collections.deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, client: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            times = self._seen.setdefault(client, collections.deque())
-            while times and now - times[0] > 60:
-                times.popleft()
-            if len(times) >= self.per_minute:
-                return False
-            times.append(now)
-            if len(self._seen) > 10_000:  # forget idle clients
-                for key in [k for k, v in self._seen.items() if not v]:
-                    del self._seen[key]
-            return True
-
-
 # -- the server ---------------------------------------------------------------------------
 
 
-class HttpServer:
-    def __init__(self, config: Config, version: str) -> None:
-        self.config = config
-        self.version = version
-        self.service: Service | None = None
+class HttpFrontend(Frontend):
+    name = "http"
+    answers_while_loading = True  # /health says "loading" while the voice loads
+
+    def __init__(self, config: Config, host: Host) -> None:
+        super().__init__(config, host)
         self.api_key = config.http.resolved_api_key()
-        self.rates = ClientRates(config.http.rate_per_minute)
+        self.rates = RateLimit(config.http.rate_per_minute)  # per client address
         self._loop = LoopThread("magpie-http")
         self._runner: web.AppRunner | None = None
         self._requests = 0
         self._lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        return config.http.enabled
 
     def start(self) -> None:
         """Listen now (before the voice loads, so /health can say so)."""
@@ -119,10 +101,6 @@ class HttpServer:
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
 
-    def attach(self, service: Service) -> None:
-        """The daemon is ready: serve requests."""
-        self.service = service
-
     def stop(self) -> None:
         if self._runner is not None:
             self._loop.stop(self._runner.cleanup)
@@ -149,12 +127,12 @@ class HttpServer:
             raise
 
     def _count_refusal(self, code: str) -> None:
-        if self.service is not None:
-            self.service.refused("http", code)
+        if self.host.ready:
+            self.host.core.refused("http", code)
 
-    def _ready(self, request: web.Request) -> Service:
-        service = self.service
-        if service is None:
+    def _ready(self, request: web.Request) -> Core:
+        """The core, once the daemon is ready and the request may use it."""
+        if not self.host.ready:
             raise ApiError(503, "loading: the voice is not ready yet", "loading")
         if self.api_key is not None:
             given = request.headers.get("Authorization", "")
@@ -164,10 +142,10 @@ class HttpServer:
             ):
                 raise ApiError(401, "missing or wrong API key (Authorization: Bearer …)", "auth")
         client = request.remote or "?"
-        if not self.rates.take(client):
+        if not self.rates.try_take(client):
             limit = self.config.http.rate_per_minute
             raise ApiError(429, f"rate limit: more than {limit} requests per minute", "busy")
-        return service
+        return self.host.core
 
     def _id(self, prefix: str) -> str:
         with self._lock:
@@ -192,7 +170,7 @@ class HttpServer:
     # -- speech ------------------------------------------------------------------------------
 
     async def openai_speech(self, request: web.Request) -> web.StreamResponse:
-        service = self._ready(request)
+        core = self._ready(request)
         data = await self._json(request)
         text = fields.string(data, "input", required=True)
         voice = fields.voice(fields.string(data, "voice"))
@@ -204,7 +182,7 @@ class HttpServer:
         ask = Ask(
             id=self._id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
         )
-        return await self._speak(request, service, ask, fmt, stream_format)
+        return await self._speak(request, core, ask, fmt, stream_format)
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
         return await self._tts(request, always_stream=False)
@@ -213,7 +191,7 @@ class HttpServer:
         return await self._tts(request, always_stream=True)
 
     async def _tts(self, request: web.Request, always_stream: bool) -> web.StreamResponse:
-        service = self._ready(request)
+        core = self._ready(request)
         if request.content_type == "text/plain":  # the body is the text, as it arrives
             options: dict[str, Any] = dict(request.query)
             if "speed" in options:
@@ -237,20 +215,19 @@ class HttpServer:
             speaker=speaker,
         )
         return await self._speak(
-            request, service, ask, fmt, "audio" if stream else None, text_body=streamed
+            request, core, ask, fmt, "audio" if stream else None, text_body=streamed
         )
 
     async def _speak(
         self,
         request: web.Request,
-        service: Service,
+        core: Core,
         ask: Ask,
         fmt: str,
         stream_format: str | None,
         text_body: bool = False,
     ) -> web.StreamResponse:
         reply = AudioResponse(request, fmt, stream_format, self.config.limits.client_stall_s)
-        core = service.core
         try:
             if text_body:
                 utterance = core.feed_stream(ask, "", False, reply, reply)
@@ -268,7 +245,7 @@ class HttpServer:
                 reader.cancel()
         return await reply.finish(event)
 
-    async def _feed_body(self, request: web.Request, core: Any, ask: Ask) -> None:
+    async def _feed_body(self, request: web.Request, core: Core, ask: Ask) -> None:
         """Streamed text in: each body chunk is a piece of the text (UTF-8, any split)."""
         decoder = codecs.getincrementaldecoder("utf-8")()
         final = False
@@ -289,7 +266,7 @@ class HttpServer:
     # -- the speaker -------------------------------------------------------------------------
 
     async def say(self, request: web.Request) -> web.StreamResponse:
-        service = self._ready(request)
+        core = self._ready(request)
         data = await self._json(request)
         priority = fields.choice(data, "priority", tuple(PRIORITIES), "normal")
         request_id = data.get("id")
@@ -310,7 +287,7 @@ class HttpServer:
         )
         waiter = OutcomeSink(asyncio.get_running_loop())
         try:
-            service.core.submit(ask, waiter)
+            core.submit(ask, waiter)
         except Refused as exc:
             raise ApiError(STATUS_OF.get(exc.code, 400), str(exc), exc.code) from None
         if not fields.flag(data, "wait"):
@@ -320,12 +297,12 @@ class HttpServer:
         return web.json_response({"id": ask.id, "event": event.name, **event.fields}, status=status)
 
     async def stop_speech(self, request: web.Request) -> web.StreamResponse:
-        service = self._ready(request)
+        core = self._ready(request)
         data = await self._json(request) if await request.read() else {}
         request_id = data.get("id")
         if request_id is not None and not isinstance(request_id, str):
             raise ApiError(400, "id must be a string", "bad_request")
-        stopped = service.core.stop(request_id)
+        stopped = core.stop(request_id)
         if request_id is not None and not stopped:
             raise ApiError(
                 404, f"no utterance with id {request_id!r} is queued or speaking", "unknown_id"
@@ -335,7 +312,7 @@ class HttpServer:
     # -- information ---------------------------------------------------------------------------
 
     async def voices(self, request: web.Request) -> web.StreamResponse:
-        service = self._ready(request)
+        self._ready(request)
         voices = [
             {
                 "name": v.name,
@@ -343,7 +320,7 @@ class HttpServer:
                 "sample_rate": v.sample_rate,
                 "speakers": list(v.speakers),
             }
-            for v in service.registry.catalogue()
+            for v in self.host.catalogue()
         ]
         return web.json_response({"voices": voices, "aliases": sorted(OPENAI_VOICES)})
 
@@ -361,26 +338,24 @@ class HttpServer:
         )
 
     async def health(self, request: web.Request) -> web.StreamResponse:
-        service = self.service
-        if service is None:
+        if not self.host.ready:
             return web.json_response({"state": "loading"}, status=503)
-        status = service.status()
+        status = self.host.status()
         body = {
             "state": "ready",
             "health": status["health"],
-            "version": self.version,
+            "version": self.host.version,
             "provider": status["provider"],
             "precision": status["precision"],
             "selftest": status.get("selftest"),
         }
-        if status["health"] != "ok" or not service.healthy:
+        if status["health"] != "ok" or not self.host.healthy:
             body["state"] = "degraded"
             body["degraded"] = status.get("degraded", "a worker thread is stuck")
             return web.json_response(body, status=503)
         return web.json_response(body)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
-        service = self.service
-        if service is None:
+        if not self.host.ready:
             raise ApiError(503, "loading: the voice is not ready yet", "loading")
-        return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=self.host.metrics_text(), headers={"Content-Type": CONTENT_TYPE})

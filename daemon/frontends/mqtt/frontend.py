@@ -10,13 +10,12 @@ import collections
 import hashlib
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from magpie_tts.daemon.config import Config
-from magpie_tts.daemon.core.core import Core
 from magpie_tts.daemon.core.utterance import Event, Refused, Utterance
 
+from ..base import Frontend, Host
 from .ha_discovery import config_topic, discovery_config
 from .link import MqttLink, Topics
 from .payloads import (
@@ -30,24 +29,17 @@ from .payloads import (
 log = logging.getLogger(__name__)
 
 
-class MqttFrontend:
-    def __init__(
-        self,
-        config: Config,
-        core: Core,
-        status: Callable[[], dict[str, Any]],
-        offline_status: dict[str, Any],
-        version: str = "",
-    ) -> None:
-        self.config = config
-        self.core = core
+class MqttFrontend(Frontend):
+    name = "mqtt"
+
+    def __init__(self, config: Config, host: Host) -> None:
+        super().__init__(config, host)
+        self.core = host.core
         section = config.mqtt
         self.topics = Topics(
             section.base_topic, section.discovery_prefix if section.ha_discovery else None
         )
-        self.version = version
-        self._status = status
-        self._offline = offline_status
+        self._offline = offline_status = {"state": "offline", "version": host.version}
         self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._recent_lock = threading.Lock()
         self.link = MqttLink(
@@ -64,10 +56,27 @@ class MqttFrontend:
     def reconnects(self) -> int:
         return max(0, self.link.connects - 1)
 
+    def status(self) -> dict[str, Any]:
+        return {"mqtt_reconnects": self.reconnects}
+
+    def observe(self, utterance: Utterance, event: Event) -> None:
+        """Every utterance's events: speech on the speaker asked for elsewhere (HTTP
+        /v1/say, the audible self-test) is reported on <base>/events like MQTT's own, and
+        the retained status follows the queue."""
+        if utterance.audio_out is None and utterance.sink is not self:
+            self.report(utterance, event)
+        if event.terminal or event.name == "interrupted":
+            self.publish_status()
+
+    def audio_changed(self, problem: str | None) -> None:
+        if problem is not None:
+            self._publish_error(problem, "audio", None, None)
+        self.publish_status()
+
     # -- out -------------------------------------------------------------------------------
 
     def publish_status(self) -> None:
-        self.link.publish(self.topics.status, self._status(), retain=True)
+        self.link.publish(self.topics.status, self.host.status(), retain=True)
 
     def _on_connected(self) -> None:
         self.publish_discovery()
@@ -78,7 +87,7 @@ class MqttFrontend:
         if not section.ha_discovery:
             return
         topic = config_topic(section.discovery_prefix, section.base_topic)
-        payload = discovery_config(self.topics, section.base_topic, self.version)
+        payload = discovery_config(self.topics, section.base_topic, self.host.version)
         self.link.publish(topic, payload, retain=True)
 
     def report(self, utterance: Utterance, event: Event) -> None:
@@ -140,10 +149,6 @@ class MqttFrontend:
                     "context": topic,
                 },
             )
-
-    def audio_error(self, message: str) -> None:
-        self._publish_error(message, "audio", None, None)
-        self.publish_status()
 
     # -- in (paho's network thread) ----------------------------------------------------------
 

@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 from magpie_tts.daemon.config import Config
-from magpie_tts.daemon.core.core import Core
 from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance
 from magpie_tts.engine import VoiceSummary
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -48,6 +47,7 @@ from wyoming.tts import (
 )
 
 from ..backpressure import bound_send_buffer, deliver
+from ..base import Frontend, Host
 from ..loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class WyomingConnection(AsyncEventHandler):
 
     def __init__(
         self,
-        server: WyomingServer,
+        server: WyomingFrontend,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -376,18 +376,26 @@ class _AudioOut:
         return self.connection.write_audio(self.request, pcm, sample_rate)
 
 
-class WyomingServer:
+class WyomingFrontend(Frontend):
     """The Wyoming TCP server, on its own event loop thread."""
 
-    def __init__(self, config: Config, core: Core, info: Callable[[], Info]) -> None:
-        self.config = config
-        self.core = core
-        self.info = info
+    name = "wyoming"
+
+    def __init__(self, config: Config, host: Host) -> None:
+        super().__init__(config, host)
+        self.core = host.core
         self.stall_s = config.limits.client_stall_s
         self.max_event_bytes = config.limits.max_payload_bytes
         self._loop = LoopThread("magpie-wyoming")
         self._server: AsyncTcpServer | None = None
         self._zeroconf: Any = None
+
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        return config.wyoming.enabled
+
+    def info(self) -> Info:
+        return build_info(self.host.catalogue(), self.host.version)
 
     def start(self) -> None:
         """Listen now (a port in use fails the start, with the reason)."""

@@ -1,0 +1,53 @@
+"""One rate limit: at most `per_minute` accepted requests in any sliding 60 s window,
+for the daemon as a whole (the core, one key) or per client (the HTTP frontend, keyed
+by address). Only accepted requests count: a refused one costs no budget."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Hashable
+
+WINDOW_S = 60.0
+MAX_KEYS = 10_000  # past this many clients, those idle for a window are forgotten
+
+
+class RateLimit:
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._times: dict[Hashable, collections.deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def allows(self, key: Hashable = None) -> bool:
+        """Whether one more request for `key` stays within the limit; counts nothing."""
+        with self._lock:
+            return len(self._recent(key)) < self.per_minute
+
+    def take(self, key: Hashable = None) -> None:
+        """Count an accepted request for `key`."""
+        with self._lock:
+            self._recent(key).append(self._clock())
+
+    def try_take(self, key: Hashable = None) -> bool:
+        """Count a request for `key` if it stays within the limit; whether it did."""
+        with self._lock:
+            times = self._recent(key)
+            if len(times) >= self.per_minute:
+                return False
+            times.append(self._clock())
+            return True
+
+    def _recent(self, key: Hashable) -> collections.deque[float]:
+        """The key's times within the window (call with the lock held)."""
+        now = self._clock()
+        times = self._times.get(key)
+        if times is None:
+            if len(self._times) >= MAX_KEYS:
+                for idle in [k for k, v in self._times.items() if not v or now - v[-1] > WINDOW_S]:
+                    del self._times[idle]
+            times = self._times[key] = collections.deque()
+        while times and now - times[0] > WINDOW_S:
+            times.popleft()
+        return times
