@@ -124,3 +124,44 @@ class RecordingSink:
         with self._cond:
             if not self._cond.wait_for(lambda: name in self.names(request_id), timeout):
                 raise TimeoutError(f"{request_id}: no {name}; got {self.names(request_id)}")
+
+
+def fake_core(synth: FakeSynth | None = None, player: FakePlayer | None = None, **limits) -> Any:
+    """A started Core on the fakes (call `shutdown` when done)."""
+    from magpie_tts.daemon.core.core import Core, CoreLimits
+    from magpie_tts.engine import TextPolicy
+
+    core = Core(
+        FakeRegistry(synth or FakeSynth()),
+        player or FakePlayer(),
+        TextPolicy(first_clause_words=0),
+        CoreLimits(**{"max_queue": 8, "rate_per_minute": 1000, "stream_idle_s": 5, **limits}),
+    )
+    core.start()
+    return core
+
+
+class FakeHost:
+    """The daemon as a frontend sees it (daemon/frontends/base.py's Host), on a Core
+    with fakes: frontends are tested in-process, in milliseconds."""
+
+    version = "0.0-test"
+
+    def __init__(self, core: Any, ready: bool = True) -> None:
+        self.core = core
+        self.ready = ready
+        self.healthy = True
+        self.health = "ok"
+
+    def status(self) -> dict[str, Any]:
+        return {"state": "online", "health": self.health, "provider": "cpu", "precision": "fp32"}
+
+    def catalogue(self) -> list[Any]:
+        from pathlib import Path
+
+        from magpie_tts.engine import VoiceSummary
+
+        return [VoiceSummary("fake", Path("/voices/fake.onnx"), "en_US", RATE, ("alice",))]
+
+    def metrics_text(self) -> bytes:
+        return b"# HELP magpie_fake 1\n"

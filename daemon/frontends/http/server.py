@@ -73,6 +73,14 @@ class HttpFrontend(Frontend):
     def start(self) -> None:
         """Listen now (before the voice loads, so /health can say so)."""
         section = self.config.http
+        self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        self._loop.start(
+            self._listen(section.host, section.port), f"HTTP {section.host}:{section.port}"
+        )
+        log.info("HTTP server on http://%s:%d", section.host, section.port)
+
+    def application(self) -> web.Application:
+        """The routes (served by start, or by aiohttp's test server in-process)."""
         app = web.Application(
             client_max_size=self.config.limits.max_payload_bytes,
             middlewares=[self._errors],
@@ -90,11 +98,7 @@ class HttpFrontend(Frontend):
                 web.get("/metrics", self.metrics),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        self._loop.start(
-            self._listen(section.host, section.port), f"HTTP {section.host}:{section.port}"
-        )
-        log.info("HTTP server on http://%s:%d", section.host, section.port)
+        return app
 
     async def _listen(self, host: str, port: int) -> None:
         assert self._runner is not None
