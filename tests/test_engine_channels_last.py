@@ -9,19 +9,18 @@ import onnxruntime as ort
 import pytest
 from magpie_tts.engine.graph.channels_last import rewrite_channels_last
 from magpie_tts.engine.graph.split import split_voice
-from magpie_tts.engine.int8.prepare import (
-    CalibrationMethod,
+from magpie_tts.engine.int8.calibration import _windows, latents
+from magpie_tts.engine.int8.candidates import (
     _candidates,
     _conv_groups,
-    _decoder,
     _quantize,
-    _windows,
     channels_last_split,
-    latents,
-    measure_layout,
 )
+from magpie_tts.engine.int8.measures import _decoder
+from magpie_tts.engine.int8.race import measure_layout
 from magpie_tts.engine.precision import CHANNELS_LAST
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationMethod
 
 
 def _run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

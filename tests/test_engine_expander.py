@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 from magpie_tts.engine import SynthesisOptions
-from magpie_tts.engine.int8.prepare import log_mel, log_mel_distance, pause_floor_dbfs
+from magpie_tts.engine.int8.measures import log_mel, log_mel_distance, pause_floor_dbfs
 from magpie_tts.engine.stream.expander import (
     BLOCK,
     FLOOR_DB,

@@ -11,25 +11,18 @@ import onnxruntime as ort
 import pytest
 from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph.split import split_voice
-from magpie_tts.engine.int8.prepare import (
+from magpie_tts.engine.int8.calibration import (
     CALIBRATION_TEXTS,
     GATE_TEXTS,
-    MAX_LOG_MEL_DB,
-    CalibrationMethod,
-    _conv_groups,
-    _decode,
-    _decoder,
     _latents_of,
-    _pick,
-    _quantize,
     _windows,
-    gate_verdict,
     latents,
-    log_mel_distance,
-    measure_layout,
-    pause_floor_dbfs,
-    quantize_flow,
 )
+from magpie_tts.engine.int8.candidates import _conv_groups, _quantize
+from magpie_tts.engine.int8.flow import quantize_flow
+from magpie_tts.engine.int8.gate import MAX_LOG_MEL_DB, _pick, gate_verdict
+from magpie_tts.engine.int8.measures import _decode, _decoder, log_mel_distance, pause_floor_dbfs
+from magpie_tts.engine.int8.race import measure_layout
 from magpie_tts.engine.precision import (
     CHANNELS_LAST,
     disabled_optimizers,
@@ -40,6 +33,7 @@ from magpie_tts.engine.precision import (
     select_frontend,
 )
 from magpie_tts.engine.runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
+from onnxruntime.quantization import CalibrationMethod
 
 GOOD = {
     "speedup": 1.3,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine.graph.polyphase import phase_groups, rewrite_conv_transposes
 from magpie_tts.engine.graph.split import split_voice
-from magpie_tts.engine.int8.prepare import _candidates, _conv_groups
+from magpie_tts.engine.int8.candidates import _candidates, _conv_groups
 from onnx import TensorProto, helper, numpy_helper
 
 

@@ -81,7 +81,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     print(f"split graphs ready in {split.decoder.parent}")
     if args.no_int8:
         return 0
-    from magpie_tts.engine.int8.prepare import prepare_int8
+    from magpie_tts.engine.int8 import prepare_int8
 
     from . import recognizer
 
