@@ -10,7 +10,7 @@ SYSTEM_STAMP := $(VENV)/.installed-system
 BENCH_STAMP := $(VENV)/.installed-bench
 SAY_TEXT ?= Hello! Magpie is ready. It is 22°C outside, and your timer ends at 6:30.
 
-.PHONY: run test lint bench prepare-int8 install-cuda install-service clean
+.PHONY: run test test-fast lint bench prepare-int8 install-cuda install-service clean
 
 $(SYSTEM_STAMP):
 	@tools/ensure-system-packages.sh $(APT_PACKAGES)
@@ -33,6 +33,12 @@ run: $(RUNTIME_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The fast tier for the edit-test loop: everything not marked slow (no daemon, broker or
+# recognizer). CI and `make test` run everything.
+test-fast: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -21,6 +21,17 @@ from .harness import SEED
 
 SPEAKER_SENTENCES = GATE_TEXTS[:10]  # smart-speaker sentences, shared with the INT8 gate
 
+# A test that starts a daemon or a broker, or loads the recognizer, is `slow`: those parts
+# cost seconds each. Modules that start them otherwise (soak, wheels, TLS brokers) mark
+# themselves. `make test-fast` runs the rest.
+SLOW_FIXTURES = frozenset({"daemon", "paced_daemon", "broker", "recognizer"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -10,6 +10,8 @@ import pytest
 
 from .harness import Broker, Probe, make_daemon, publish
 
+pytestmark = pytest.mark.slow  # starts its own brokers and daemons
+
 LONG = (
     "This is a fairly long announcement, so that playback is still going on while the "
     "broker goes away. It keeps talking for several seconds, about nothing in particular."

@@ -6,7 +6,11 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from .harness import REPO
+
+pytestmark = pytest.mark.slow  # builds a wheel
 
 
 def test_wheel_layout(tmp_path) -> None:

@@ -12,7 +12,10 @@ import pytest
 from .harness import Broker, Probe, have, make_daemon, publish
 
 PASSWORD = "s3cret-Magpie-pw"
-pytestmark = pytest.mark.skipif(not have("mosquitto_passwd"), reason="mosquitto missing")
+pytestmark = [
+    pytest.mark.slow,  # starts its own brokers (passwords, TLS) and daemons
+    pytest.mark.skipif(not have("mosquitto_passwd"), reason="mosquitto missing"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from magpie_tts.tools.soak import Soak
+
+pytestmark = pytest.mark.slow  # soaks a daemon
 
 
 def test_300_utterances_without_errors_or_memory_growth(tmp_path, prepared_state) -> None:
