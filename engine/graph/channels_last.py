@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .nodes import attributes, has_subgraphs
+from .nodes import attributes, consumers, has_subgraphs
 
 CHANNELS_LAST_MARK = "/channels_last"  # in the names of the nodes the rewrite adds
 _SWAP = [0, 2, 1]  # [1, C, T] <-> [1, T, C]
@@ -40,10 +40,7 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
             constants[node.output[0]] = node.attribute[0].t
     outputs = {out.name for out in graph.output}
     fed = {value.name for value in graph.input}  # initializers listed as inputs (old IRs)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = consumers(graph)
     last: set[str] = set()  # tensors stored channels-last
     first_copy: dict[str, str] = {}  # channels-last tensor -> its channels-first copy
     nodes: list[onnx.NodeProto] = []

@@ -42,6 +42,7 @@ import onnxruntime as ort
 from ..runtime import plain_options
 from .identities import drop_identity_arithmetic
 from .layernorm import fuse_layer_norms
+from .nodes import consumers, producers
 from .split import receptive_frames
 
 log = logging.getLogger(__name__)
@@ -95,21 +96,17 @@ class PriorCut:
 def find_flow_cut(model: onnx.ModelProto, latent: str) -> PriorCut | None:
     """Where a VITS frontend whose output is z splits at its flow, or None."""
     graph = model.graph
-    producers = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    last = producers.get(latent)
+    made_by, read_by = producers(graph), consumers(graph)
+    last = made_by.get(latent)
     if last is None or last.op_type != "Mul" or len(last.input) != 2:
         return None
-    upstream = _ancestors(last.input[0], producers)
+    upstream = _ancestors(last.input[0], made_by)
     for node in graph.node:
         if node.op_type != "RandomNormalLike":
             continue
         tensor, factors = node.output[0], []
         while True:  # noise × exp(logs_p) × noise scale, then + m_p
-            following = consumers.get(tensor, [])
+            following = read_by.get(tensor, [])
             if len(following) != 1 or following[0].op_type not in ("Mul", "Add"):
                 break
             step = following[0]
@@ -126,10 +123,10 @@ def find_flow_cut(model: onnx.ModelProto, latent: str) -> PriorCut | None:
     return None
 
 
-def _ancestors(tensor: str, producers: dict[str, onnx.NodeProto]) -> set[str]:
+def _ancestors(tensor: str, made_by: dict[str, onnx.NodeProto]) -> set[str]:
     seen, todo = {tensor}, [tensor]
     while todo:
-        node = producers.get(todo.pop())
+        node = made_by.get(todo.pop())
         for name in node.input if node is not None else ():
             if name and name not in seen:
                 seen.add(name)

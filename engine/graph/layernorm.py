@@ -20,7 +20,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from .nodes import attributes, has_subgraphs
+from .nodes import attributes, consumers, has_subgraphs
 
 
 def fuse_layer_norms(model: onnx.ModelProto) -> int:
@@ -30,15 +30,12 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
         return 0
     graph = model.graph
     constants = {init.name: init for init in graph.initializer}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    readers = consumers(graph)
     answered = {output.name for output in graph.output}
     fused: dict[int, onnx.NodeProto] = {}  # id of a norm's last node -> its replacement
     dropped: set[int] = set()
     for node in graph.node:
-        found = _layer_norm_at(node, consumers, constants, answered)
+        found = _layer_norm_at(node, readers, constants, answered)
         if found is None:
             continue
         nodes, (x, gamma, beta, epsilon) = found
@@ -62,7 +59,7 @@ def fuse_layer_norms(model: onnx.ModelProto) -> int:
 
 def _layer_norm_at(
     mean: onnx.NodeProto,
-    consumers: dict[str, list[onnx.NodeProto]],
+    read_by: dict[str, list[onnx.NodeProto]],
     constants: dict[str, onnx.TensorProto],
     answered: set[str],
 ) -> tuple[list[onnx.NodeProto], tuple[str, str, str, float]] | None:
@@ -73,7 +70,7 @@ def _layer_norm_at(
     x = mean.input[0]
 
     def only_reader(node: onnx.NodeProto, op: str) -> onnx.NodeProto | None:
-        readers = consumers.get(node.output[0], [])
+        readers = read_by.get(node.output[0], [])
         if len(readers) != 1 or readers[0].op_type != op or node.output[0] in answered:
             return None
         return readers[0]
@@ -81,7 +78,7 @@ def _layer_norm_at(
     sub = only_reader(mean, "Sub")
     if sub is None or list(sub.input) != [x, mean.output[0]] or sub.output[0] in answered:
         return None
-    readers = consumers.get(sub.output[0], [])
+    readers = read_by.get(sub.output[0], [])
     if sorted(r.op_type for r in readers) != ["Div", "Pow"]:
         return None
     power = next(r for r in readers if r.op_type == "Pow")
@@ -98,7 +95,7 @@ def _layer_norm_at(
     root = only_reader(shifted, "Sqrt")
     if epsilon is None or root is None or list(divide.input) != [sub.output[0], root.output[0]]:
         return None
-    if len(consumers.get(root.output[0], [])) != 1 or root.output[0] in answered:
+    if len(read_by.get(root.output[0], [])) != 1 or root.output[0] in answered:
         return None
     scaled = only_reader(divide, "Mul")
     biased = only_reader(scaled, "Add") if scaled is not None else None

@@ -1,5 +1,5 @@
-"""Small facts about ONNX nodes that the graph rewrites (polyphase, identities, layer
-norms, channels-last) and the split's receptive field all read."""
+"""Small facts about ONNX nodes and graphs that the graph rewrites (polyphase,
+identities, layer norms, channels-last), the splits and the receptive field all read."""
 
 from __future__ import annotations
 
@@ -22,3 +22,17 @@ def has_subgraphs(model: onnx.ModelProto) -> bool:
         for node in model.graph.node
         for a in node.attribute
     )
+
+
+def producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """The node that makes each tensor, by tensor name."""
+    return {out: node for node in graph.node for out in node.output}
+
+
+def consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """The nodes that read each tensor (as a node input), in graph order, by tensor name."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers

@@ -20,7 +20,7 @@ import onnx
 
 from ..errors import VoiceError
 from ..voice import Voice
-from .nodes import attributes
+from .nodes import attributes, consumers, producers
 from .polyphase import rewrite_conv_transposes
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,10 @@ def find_latent(model: onnx.ModelProto) -> str:
     while node_of != _SOURCE:
         chain.append(node_of)
         node_of = idom[node_of]
-    producers = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    made_by, read_by = producers(graph), consumers(graph)
     # Outermost dominator that feeds a convolution: the vocoder's input.
     for name in reversed(chain):
-        if name in producers and any(n.op_type == "Conv" for n in consumers.get(name, [])):
+        if name in made_by and any(n.op_type == "Conv" for n in read_by.get(name, [])):
             return name
     raise VoiceError("could not locate the vocoder input in the voice graph")
 
