@@ -5,79 +5,29 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paho.mqtt.client as mqtt
+from magpie_tts.tools.processes import (  # noqa: F401  (re-exported: tests import them from here)
+    MAGPIE,
+    Broker,
+    DaemonProcess,
+    daemon_env,
+    free_port,
+    wait_port,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-MAGPIE = str(Path(sys.executable).with_name("magpie-tts"))
 # Synthesis noise is seeded: a test hears the same audio on every run and machine, so an
 # intelligibility check cannot pass or fail by the draw.
 SEED = 7
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port}")
-
-
-class Broker:
-    """mosquitto on a free loopback port; restartable on the same port."""
-
-    def __init__(
-        self, folder: Path, extra_conf: str = "", port: int | None = None, persistent: bool = False
-    ) -> None:
-        self.folder = folder
-        self.port = port or free_port()
-        self.conf = folder / "mosquitto.conf"
-        persistence = "persistence false\n"
-        if persistent:  # sessions and queued QoS 1 messages survive a restart
-            persistence = f"persistence true\npersistence_location {folder}/\nautosave_interval 1\n"
-        self.conf.write_text(
-            # user root: as root, mosquitto would drop to `mosquitto`, who cannot read
-            # pytest's private temp folders (password, ACL and key files live there).
-            "user root\nper_listener_settings false\nlog_dest stderr\n"
-            + persistence
-            + f"listener {self.port} 127.0.0.1\n"
-            + (extra_conf or "allow_anonymous true\n")
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Broker:
-        log = (self.folder / "mosquitto.log").open("ab")
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stdout=log, stderr=log)
-        wait_port(self.port)
-        return self
-
-    def stop(self, graceful: bool = False) -> None:
-        if self.proc is not None:
-            if graceful:
-                self.proc.terminate()
-            else:
-                self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
 
 
 def publish(port: int, topic: str, message: bytes | str, *args: str) -> None:
@@ -177,17 +127,14 @@ pcm.ttspulse {{ type pulse  server "unix:{pulse_socket}"  handle_underrun true }
 """
 
 
-@dataclass
-class Daemon:
-    folder: Path
-    port: int
-    base: str
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-    log_path: Path = field(init=False)
+class Daemon(DaemonProcess):
+    """The daemon under test: its ALSA PCMs and log in `folder`, its topics under `base`."""
 
-    def __post_init__(self) -> None:
-        self.log_path = self.folder / "daemon.log"
+    def __init__(self, folder: Path, port: int, base: str, env: dict[str, str]) -> None:
+        super().__init__(env, folder / "daemon.log", cwd=folder)
+        self.folder = folder
+        self.port = port
+        self.base = base
 
     @property
     def tap(self) -> Path:
@@ -198,16 +145,14 @@ class Daemon:
         return self.folder / "paced.raw"
 
     def start(self, wait_online: bool = True) -> Daemon:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [MAGPIE, "run"], env=self.env, stdout=log, stderr=log, cwd=self.folder
-        )
+        super().start()
         if wait_online:
+            pid = self.proc.pid
             probe = Probe(self.port, [f"{self.base}/status"])
             try:
                 probe.wait(
                     f"{self.base}/status",
-                    lambda s: s.get("state") == "online" and s.get("pid") == self.proc.pid,
+                    lambda s: s.get("state") == "online" and s.get("pid") == pid,
                     timeout=60,
                 )
             finally:
@@ -222,26 +167,6 @@ class Daemon:
         data = (path or self.tap).read_bytes() if (path or self.tap).exists() else b""
         return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2")
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
 
 def make_daemon(
     folder: Path, port: int, state_dir: Path, device: str = "ttstap", **settings: str
@@ -254,27 +179,20 @@ def make_daemon(
         )
     )
     base = f"t{time.time_ns() % 10**9}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
+    defaults = {
+        "mqtt__base_topic": base,
+        "mqtt__client_id": f"magpie-{base}",
+        "audio__device": device,
+        "engine__provider": "cpu",
+        "engine__cache_mb": "0",
+        "engine__seed": str(SEED),  # the same audio every run
+        "wyoming__enabled": "false",  # a test that needs it sets a free port
+        "http__enabled": "false",
+    }
+    env = daemon_env(folder, port, state_dir, **{**defaults, **settings})
     env.pop("NOTIFY_SOCKET", None)
-    env.update(
-        {
-            "ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asoundrc}",
-            "MAGPIE_TTS_CONFIG": str(folder / "absent-is-fine.toml"),
-            "MAGPIE_TTS_MQTT__PORT": str(port),
-            "MAGPIE_TTS_MQTT__BASE_TOPIC": base,
-            "MAGPIE_TTS_MQTT__CLIENT_ID": f"magpie-{base}",
-            "MAGPIE_TTS_AUDIO__DEVICE": device,
-            "MAGPIE_TTS_ENGINE__STATE_DIR": str(state_dir),
-            "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
-            "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
-            "MAGPIE_TTS_ENGINE__SEED": str(SEED),  # the same audio every run
-            "MAGPIE_TTS_WYOMING__ENABLED": "false",  # a test that needs it sets a free port
-            "MAGPIE_TTS_HTTP__ENABLED": "false",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.update({f"MAGPIE_TTS_{k.upper()}": v for k, v in settings.items()})
-    (folder / "absent-is-fine.toml").write_text("")
+    env["ALSA_CONFIG_PATH"] = f"/usr/share/alsa/alsa.conf:{asoundrc}"
+    env["PYTHONUNBUFFERED"] = "1"
     return Daemon(folder, port, base, env)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .bench import TEXTS
-from .bench_daemon import start_magpie, stop_all, wait_port
-from .broker import free_port
+from .bench_daemon import start_magpie, wait_listening
+from .processes import free_port, stop_all
 
 BYTES_PER_S = 22050 * 2
 CLIENT_BUFFER_S = 1.0
@@ -80,11 +80,7 @@ async def load(url: str, body: dict[str, Any], clients: int) -> tuple[list[Fetch
 def start_http_magpie(
     folder: Path, state_dir: Path, extra: dict[str, str] | None = None
 ) -> tuple[list[subprocess.Popen[bytes]], str]:
-    settings = {
-        "MAGPIE_TTS_HTTP__RATE_PER_MINUTE": "100000",
-        "MAGPIE_TTS_LIMITS__MAX_STREAMS": "64",
-        **(extra or {}),
-    }
+    settings = {"http__rate_per_minute": "100000", "limits__max_streams": "64", **(extra or {})}
     procs, port = start_magpie(folder, state_dir, "http", settings)
     _wait_ready(f"http://127.0.0.1:{port}/health", procs[0])
     return procs, f"http://127.0.0.1:{port}/v1/audio/speech"
@@ -115,7 +111,7 @@ def start_piper_http(voice: Any) -> tuple[list[subprocess.Popen[bytes]], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_port(port, proc, "piper.http_server")
+    wait_listening(port, proc, "piper.http_server")
     return [proc], f"http://127.0.0.1:{port}/synthesize"
 
 
@@ -135,7 +131,7 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
         other = ("magpie-1lane", "0") if config.engine.workers else ("magpie-lanes", "2")
         for name, workers in (("magpie", str(config.engine.workers)), other):
             (folder / name).mkdir()
-            settings = {"MAGPIE_TTS_ENGINE__WORKERS": workers}
+            settings = {"engine__workers": workers}
             started, url = start_http_magpie(folder / name, config.engine.state_dir, settings)
             procs += started
             systems[name] = (url, body)

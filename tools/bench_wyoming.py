@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bench_daemon import start_magpie, stop_all, wait_port
-from .broker import free_port
+from .bench_daemon import start_magpie, wait_listening
+from .processes import free_port, stop_all
 
 REPLY = (
     "Sure, I turned off the lights in the kitchen and the living room. "
@@ -116,7 +116,7 @@ def start_wyoming_piper(folder: Path, voice: Any) -> tuple[list[subprocess.Popen
         str(data),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    wait_port(port, proc, "wyoming-piper")
+    wait_listening(port, proc, "wyoming-piper")
     return [proc], port
 
 

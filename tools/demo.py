@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from .broker import listening, private_broker
+from .processes import Broker, DaemonProcess, listening
 
 BASE = "magpie"
 
@@ -92,7 +91,8 @@ def main(argv: list[str]) -> int:
     broker = None
     port = 1883
     if not listening(port):
-        broker, port = private_broker(Path(tempfile.mkdtemp(prefix="magpie-broker-")))
+        broker = Broker(Path(tempfile.mkdtemp(prefix="magpie-broker-"))).start()
+        port = broker.port
         print(f"no broker on 127.0.0.1:1883: started a private mosquitto on port {port}")
     env.update(
         {
@@ -105,11 +105,12 @@ def main(argv: list[str]) -> int:
         }
     )
     watch = Watch(port)
-    daemon = subprocess.Popen([str(Path(sys.executable).with_name("magpie-tts")), "run"], env=env)
+    daemon = DaemonProcess(env).start()  # its log on this terminal
+    pid = daemon.proc.pid
     try:
         online = watch.wait(
             lambda t, d: (
-                t.endswith("/status") and d.get("pid") == daemon.pid and d.get("state") == "online"
+                t.endswith("/status") and d.get("pid") == pid and d.get("state") == "online"
             ),
             timeout=120,
         )
@@ -152,12 +153,10 @@ def main(argv: list[str]) -> int:
             f"{done['ttfa_ms']} ms"
         )
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(30)
+        daemon.stop(timeout=30)
         watch.client.loop_stop()
         if broker is not None:
-            broker.terminate()
-            broker.wait(10)
+            broker.stop(graceful=True)
     if wav is not None:
         print(f"spoken into {wav}")
     return 0

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,7 +22,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from .broker import private_broker
+from .processes import Broker, DaemonProcess, daemon_env
 
 PHRASES = (
     "Okay.",
@@ -50,30 +48,25 @@ def rss_kb(pid: int) -> int:
 class Soak:
     def __init__(self, folder: Path, state_dir: Path | None) -> None:
         self.folder = folder
-        self.broker, self.port = private_broker(folder, "max_queued_messages 100000\n")
+        self.broker = Broker(folder, "allow_anonymous true\nmax_queued_messages 100000\n").start()
+        self.port = self.broker.port
         self.base = "soak"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MAGPIE_TTS_")}
-        env.update(
-            {
-                "MAGPIE_TTS_MQTT__PORT": str(self.port),
-                "MAGPIE_TTS_MQTT__BASE_TOPIC": self.base,
-                "MAGPIE_TTS_MQTT__CLIENT_ID": f"soak-{os.getpid()}",
-                "MAGPIE_TTS_AUDIO__DEVICE": f"file:FILE={folder / 'soak.raw'},FORMAT=raw",
-                "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
-                "MAGPIE_TTS_WYOMING__ENABLED": "false",
-                "MAGPIE_TTS_HTTP__ENABLED": "false",
-                "MAGPIE_TTS_ENGINE__PROVIDER": "cpu",
-                "MAGPIE_TTS_LIMITS__RATE_PER_MINUTE": "100000000",
-                "MAGPIE_TTS_LIMITS__MAX_QUEUE": "1000",
-                "MAGPIE_TTS_CONFIG": str(folder / "none"),
-            }
+        env = daemon_env(
+            folder,
+            self.port,
+            state_dir,
+            mqtt__base_topic=self.base,
+            mqtt__client_id=f"soak-{os.getpid()}",
+            audio__device=f"file:FILE={folder / 'soak.raw'},FORMAT=raw",
+            engine__cache_mb="0",
+            wyoming__enabled="false",
+            http__enabled="false",
+            engine__provider="cpu",
+            limits__rate_per_minute="100000000",
+            limits__max_queue="1000",
         )
-        (folder / "none").write_text("")
-        if state_dir is not None:
-            env["MAGPIE_TTS_ENGINE__STATE_DIR"] = str(state_dir)
-        self.log = (folder / "daemon.log").open("wb")
-        magpie = str(Path(sys.executable).with_name("magpie-tts"))
-        self.daemon = subprocess.Popen([magpie, "run"], env=env, stdout=self.log, stderr=self.log)
+        self.daemon = DaemonProcess(env, folder / "daemon.log").start()
+        self.pid = self.daemon.proc.pid
         self.done: dict[str, dict[str, Any]] = {}
         self.errors: list[dict[str, Any]] = []
         self.online = threading.Event()
@@ -92,7 +85,7 @@ class Soak:
         data = json.loads(message.payload)
         with self.cond:
             if message.topic.endswith("/status"):
-                if data.get("state") == "online" and data.get("pid") == self.daemon.pid:
+                if data.get("state") == "online" and data.get("pid") == self.pid:
                     self.online.set()
             elif message.topic.endswith("/error"):
                 self.errors.append(data)
@@ -115,18 +108,18 @@ class Soak:
             if index == warmup:
                 with self.cond:
                     self.cond.wait_for(lambda: len(self.done) >= warmup, 60)
-                start_rss = rss_kb(self.daemon.pid)
+                start_rss = rss_kb(self.pid)
             payload = json.dumps({"text": PHRASES[index % len(PHRASES)], "id": f"u{index}"})
             self.client.publish(f"{self.base}/say", payload, qos=1)
             if progress and index and index % 1000 == 0:
                 print(
-                    f"{index} published, RSS {rss_kb(self.daemon.pid) / 1024:.1f} MB",
+                    f"{index} published, RSS {rss_kb(self.pid) / 1024:.1f} MB",
                     file=sys.stderr,
                     flush=True,
                 )
         with self.cond:
             self.cond.wait_for(lambda: len(self.done) >= count, 120)
-        end_rss = rss_kb(self.daemon.pid)
+        end_rss = rss_kb(self.pid)
         elapsed = time.monotonic() - started
         finished = [d for d in self.done.values() if d["event"] == "finished"]
         ttfa = [d["ttfa_ms"] for d in finished if d.get("ttfa_ms") is not None]
@@ -136,7 +129,7 @@ class Soak:
             "finished": len(finished),
             "errors": len(self.errors),
             "error_samples": self.errors[:3],
-            "alive": self.daemon.poll() is None,
+            "alive": self.daemon.alive(),
             "rss_start_mb": round(start_rss / 1024, 1),
             "rss_end_mb": round(end_rss / 1024, 1),
             "rss_growth_pct": round(100 * (end_rss - start_rss) / start_rss, 2),
@@ -150,13 +143,8 @@ class Soak:
 
     def close(self) -> None:
         self.client.loop_stop()
-        self.daemon.send_signal(signal.SIGTERM)
-        try:
-            self.daemon.wait(20)
-        except subprocess.TimeoutExpired:
-            self.daemon.kill()
-        self.broker.terminate()
-        self.broker.wait(10)
+        self.daemon.stop()
+        self.broker.stop(graceful=True)
 
 
 def main() -> int:
