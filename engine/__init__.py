@@ -5,7 +5,8 @@ drive it through the names below. Its folders, one concern each:
 - `text/`: normalization, verbalization, units and the text policy, phonemes;
 - `graph/`: offline ONNX rewrites (the frontend/decoder and encoder/flow splits);
 - `int8/`: INT8 preparation and its quality gate (offline; import it directly);
-- `stream/`: the streaming runtime (synthesizer, chunked decoder, turns, seams, cache);
+- `stream/`: the streaming runtime (its config, a voice's sessions, the synthesizer and
+  its streams' units, chunked decoder, turns, seams, cache);
 - `voice.py`, `runtime.py` (onnxruntime sessions), `precision.py` (which graphs run),
   `values.py` (the value types), `errors.py`.
 """
@@ -15,8 +16,9 @@ from .graph.split import SplitGraph, split_dir, split_voice
 from .precision import INT8_DECODER
 from .runtime import RuntimeConfig, session_options, use_shared_thread_pool
 from .stream.cache import CacheConfig, clear_directory
+from .stream.config import EngineConfig
 from .stream.decoder import DEFAULT_SCHEDULE
-from .stream.synth import EngineConfig, StreamingSynthesizer
+from .stream.synth import StreamingSynthesizer
 from .stream.turns import CLIENT, SPEAKER
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
 from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS

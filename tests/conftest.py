@@ -14,7 +14,7 @@ from magpie_tts.engine.graph import flow_split as flow_module
 from magpie_tts.engine.graph.flow_split import FlowSplit, split_flow
 from magpie_tts.engine.int8 import GATE_TEXTS
 from magpie_tts.engine.runtime import RuntimeConfig
-from magpie_tts.engine.stream.synth import EngineConfig
+from magpie_tts.engine.stream.config import EngineConfig
 from magpie_tts.tools.recognizer import Recognizer
 
 from .harness import SEED

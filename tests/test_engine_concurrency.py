@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
 from magpie_tts.engine.runtime import RuntimeConfig
-from magpie_tts.engine.stream.synth import EngineConfig
+from magpie_tts.engine.stream.config import EngineConfig
 from magpie_tts.engine.stream.turns import CLIENT, GUARD_S, PRIMARY, RECENT_S, SPEAKER, Pace, Turns
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)

@@ -194,7 +194,7 @@ import numpy as np
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions, load_voice
 from magpie_tts.engine.graph.flow_split import split_flow
 from magpie_tts.engine.runtime import RuntimeConfig, use_shared_thread_pool
-from magpie_tts.engine.stream.synth import EngineConfig
+from magpie_tts.engine.stream.config import EngineConfig
 
 state, mode, scratch, seed = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
 if mode == "late":  # a session before the opt-in: onnxruntime's environment exists

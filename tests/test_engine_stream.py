@@ -382,7 +382,7 @@ def test_unknown_voice_path_raises_voice_error(tmp_path) -> None:
 
 def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> None:
     from magpie_tts.engine import StreamingSynthesizer
-    from magpie_tts.engine.stream.synth import EngineConfig
+    from magpie_tts.engine.stream.config import EngineConfig
 
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"this is not an onnx model" * 100)
@@ -394,7 +394,7 @@ def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> N
 def test_unavailable_provider_falls_back_to_cpu_loudly(voice, state_dir, caplog) -> None:
     from magpie_tts.engine import StreamingSynthesizer
     from magpie_tts.engine.runtime import RuntimeConfig
-    from magpie_tts.engine.stream.synth import EngineConfig
+    from magpie_tts.engine.stream.config import EngineConfig
 
     config = EngineConfig(cache_dir=state_dir, runtime=RuntimeConfig(provider="tensorrt"))
     with caplog.at_level("WARNING"):

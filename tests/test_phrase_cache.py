@@ -10,7 +10,7 @@ import pytest
 from magpie_tts.engine import StreamingSynthesizer, SynthesisOptions
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.stream.cache import CacheConfig, PhraseCache
-from magpie_tts.engine.stream.synth import EngineConfig
+from magpie_tts.engine.stream.config import EngineConfig
 
 QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 

@@ -1,0 +1,248 @@
+"""One stream's units made into audio: each from the phrase cache, or from its frontend
+and the chunked decoder a turn per window, joined to the unit before where a cut unit
+goes on. The sessions, turns, cache and timings are the synthesizer's, shared by every
+stream (synth.py); what is the stream's own travels in `Stream`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..text.phonemize import MAX_UNIT_IDS
+from ..text.segment import context_of
+from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from .config import CacheUse
+from .expander import Expander
+from .latent import FlowLatent
+from .seam import SampleCrop, crossfade, fade_out, unit_span
+from .turns import Pace
+
+if TYPE_CHECKING:
+    from .synth import StreamingSynthesizer
+
+CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
+
+
+@dataclass
+class _Join:
+    """State between the units of one utterance: the held tail of a unit cut mid-sentence."""
+
+    tail: np.ndarray | None = None
+    index: int = 0
+
+    def flush(self, rate: int) -> AudioChunk | None:
+        """The tail faded out, when no unit continues it."""
+        if self.tail is None:
+            return None
+        chunk = AudioChunk(fade_out(self.tail), rate, self.index)
+        self.tail = None
+        return chunk
+
+
+@dataclass
+class Stream:
+    """One stream of units (a `stream_clauses` call): its options and stop token, how it
+    uses the phrase cache, its pace among the streams taking turns, the held tail of a
+    unit cut mid-sentence, and its expander (INT8 with it on)."""
+
+    synth: StreamingSynthesizer
+    options: SynthesisOptions
+    stop: StopToken
+    cache_use: CacheUse
+    pace: Pace
+    expand: Expander | None
+    join: _Join = field(default_factory=_Join)
+    sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
+
+    def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
+        """The audio of the utterance's unit `index`: its cached phrase, or a turn a window."""
+        synth, pace, join = self.synth, self.pace, self.join
+        rate = synth.voice.sample_rate
+        before, after = context_of(clause) if synth.durations_name else ("", "")
+        if not before and (flushed := join.flush(rate)) is not None:
+            yield flushed  # this unit does not continue the cut one
+        # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
+        cache = synth.phrase_cache if self.cache_use != "bypass" and not (before or after) else None
+        key = (
+            cache.key(synth.voice, synth.sessions.precisions_key, self.options, clause)
+            if cache
+            else None
+        )
+        if cache is not None and key is not None:
+            started = time.perf_counter()
+            cached = cache.get(key)
+            if cached is not None:
+                spent = time.perf_counter() - started
+                pace.made(len(cached) / rate)
+                yield AudioChunk(cached, rate, index, spent, cached=True)
+                return
+            if not cache.wants(key, marked=self.cache_use in ("keep", "pin")):
+                key = None
+        started = time.perf_counter()
+        self.sid = synth.voice.speaker_id(self.options.speaker)
+        pieces: list[np.ndarray] = []
+        held: list[np.ndarray] = []
+        # Only an utterance's first clause needs a small first chunk: later clauses are
+        # made while earlier audio plays, and larger windows waste less on context.
+        first_step = 0 if index == 0 else len(synth.config.schedule) - 1
+        chunks = self.unit_chunks(clause, before, after, first_step)
+        # The first turn runs the unit's frontend: ask for it that much before running dry.
+        pace.need_s = max(synth._frontend_s_per_char) * len(before + clause + after)
+        first_turn = pace.first_at is None  # this turn makes the stream's first sound
+        while not self.stop.stopped:
+            # One thread does a first turn as fast as two, and leaves a core to a stream
+            # arriving meanwhile (turns.py).
+            with synth.turns.turn(pace, narrow=first_turn):
+                pace.need_s = 0.0
+                turn_began = time.perf_counter()
+                piece = next(chunks, None)
+                if first_turn and piece is not None:
+                    took = time.perf_counter() - turn_began
+                    synth._first_turn_s = 0.7 * (synth._first_turn_s or took) + 0.3 * took
+                    first_turn = False
+                if piece is None:
+                    break
+                emit, hold, joins, last = piece
+                converting = time.perf_counter()
+                pcm = to_pcm(emit)  # copy out before the buffer is reused
+                if len(hold):
+                    held.append(to_pcm(hold))
+                if synth.stages is not None:
+                    synth.stages.pcm_s += time.perf_counter() - converting
+            if join.tail is not None and len(pcm):
+                # The first sound of a unit that continues a cut one: crossfade the cut's
+                # held tail in, or fade it out where this unit could not take context.
+                tail = join.tail if joins else fade_out(join.tail)
+                pcm = crossfade(tail, pcm) if joins else np.concatenate([tail, pcm])
+                join.tail = None
+            if len(pcm):  # else all of it is held for the next unit's crossfade
+                pace.made(len(pcm) / rate)
+                spent = time.perf_counter() - started
+                if key is not None:
+                    pieces.append(pcm)
+                yield AudioChunk(pcm, rate, index, spent)
+                started = time.perf_counter()  # time the consumer held us is not compute
+            if last:
+                # Ended without queueing for a turn that would only find the unit done:
+                # that wait came just when the next unit's frontend was due.
+                next(chunks, None)
+                break
+        if held and not self.stop.stopped:
+            join.tail, join.index = np.concatenate(held), index
+        if cache is not None and key is not None and pieces and not self.stop.stopped:
+            cache.put(key, np.concatenate(pieces), pinned=self.cache_use == "pin")
+
+    def unit_chunks(
+        self, clause: str, before: str, after: str, first_step: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, bool, bool]]:
+        """A unit's chunks as (emit, hold, crossfades with a held tail, last), float views;
+        the caller holds a turn per next(), so the frontend runs inside the first one.
+        After the last chunk no session runs: the caller ends the unit without a turn."""
+        synth, options, pace = self.synth, self.options, self.pace
+        clock = StageTimes()
+        if before or after:
+            started = time.perf_counter()
+            ids, start, stop = synth.phonemizer.ids_in_context(clause, before, after)
+            clock.phonemize_s = time.perf_counter() - started
+            if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
+                started = time.perf_counter()
+                prior, mask, durations = synth._prior(ids, options, durations=True)
+                assert durations is not None
+                clock.frontend_s = time.perf_counter() - started
+                clock.ids, clock.own_ids = len(ids), stop - start
+                frames = prior.shape[2]
+                if int(durations.sum()) == frames:
+                    lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
+                    hop = synth.voice.hop_length
+                    span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
+                    crop = SampleCrop(span)
+                    keep = (span.decode_from, span.decode_to)
+                    # The flow runs only over the frames the windows read: not over the
+                    # context words' own.
+                    reads = (span.decode_from - synth.context, span.decode_to + synth.context)
+                    z = synth._latent(prior, mask, reads, small_first=first_step == 0)
+                    first_audio = synth._first_audio_s(first_step, clock.frontend_s, pace)
+                    windows = synth.decoder.plan(
+                        frames, first_step, keep, pace.ahead_s, first_audio
+                    )
+                    chunks = synth.decoder.decode_windows(z, windows, self.sid)
+                    chars = len(before + clause + after)
+                    timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
+                    for made, audio in enumerate(timed, start=1):
+                        if chars:  # the unit's first turn: its frontend, the whole flow
+                            synth._frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
+                            chars = 0
+                        yield *crop.take(audio), span.joins_previous, made == len(windows)
+                    return
+                synth._frontend_took(clock.frontend_s, len(before + clause + after))
+        last_step = len(synth.config.schedule) - 1
+        started = time.perf_counter()
+        parts = synth.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
+        clock.phonemize_s += time.perf_counter() - started
+        for part, ids in enumerate(parts):
+            started = time.perf_counter()
+            prior, mask, _ = synth._prior(ids, options, durations=False)
+            clock.frontend_s += time.perf_counter() - started
+            clock.ids += len(ids)
+            clock.own_ids += len(ids)
+            step = first_step if part == 0 else last_step
+            z = synth._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
+            first_audio = synth._first_audio_s(step, clock.frontend_s, pace)
+            windows = synth.decoder.plan(z.shape[2], step, None, pace.ahead_s, first_audio)
+            chunks = synth.decoder.decode_windows(z, windows, self.sid)
+            timed = self._timed(chunks, clock, z.shape[2], z)
+            for made, audio in enumerate(timed, start=1):
+                yield audio, audio[:0], False, made == len(windows) and part == len(parts) - 1
+            clock = StageTimes()  # recorded; the next part starts its own
+
+    def _timed(
+        self,
+        chunks: Iterator[np.ndarray],
+        clock: StageTimes,
+        frames: int,
+        z: np.ndarray | FlowLatent,
+    ) -> Iterator[np.ndarray]:
+        """Decoder time and frames into the attached profile (when there is one); the
+        flow runs inside the decoder's windows but counts as frontend."""
+        synth = self.synth
+        if synth.stages is None:
+            yield from chunks
+            return
+        fed = synth.decoder.frames_fed
+        while True:
+            started = time.perf_counter()
+            audio = next(chunks, None)
+            clock.decoder_s += time.perf_counter() - started
+            if audio is None:
+                break
+            yield audio
+        clock.decoder_s -= _flow_s(z)
+        clock.frontend_s += _flow_s(z)
+        clock.frames += frames
+        clock.decoded_frames += synth.decoder.frames_fed - fed
+        if synth.stages is not None:
+            synth.stages.add(clock)
+
+    def expanded(self, chunk: AudioChunk) -> AudioChunk:
+        """The chunk through the stream's expander (INT8 with it on), in time order."""
+        if self.expand is None:
+            return chunk
+        started = time.perf_counter()
+        chunk.pcm = self.expand(chunk.pcm)  # a copy: a cached phrase's samples stay as stored
+        if self.synth.stages is not None:
+            self.synth.stages.pcm_s += time.perf_counter() - started
+        return chunk
+
+
+def _flow_s(z: np.ndarray | FlowLatent) -> float:
+    """Seconds the flow has run for this latent (0 for z from a whole frontend)."""
+    return z.spent_s if isinstance(z, FlowLatent) else 0.0
+
+
+def _whole_flow_s(z: np.ndarray | FlowLatent) -> float:
+    """Seconds the flow takes over all this latent's reads (0 from a whole frontend)."""
+    return z.whole_s() if isinstance(z, FlowLatent) else 0.0
