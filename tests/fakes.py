@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 from magpie_tts.daemon.core.utterance import Event, Utterance
 from magpie_tts.daemon.player import Playback
-from magpie_tts.engine import StopToken, VoiceError
-from magpie_tts.engine.stream.synth import AudioChunk
+from magpie_tts.engine import AudioChunk, StopToken, VoiceError
 
 RATE = 1000
 

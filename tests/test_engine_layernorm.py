@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from magpie_tts.engine import SynthesisOptions
 from magpie_tts.engine.graph.layernorm import fuse_layer_norms
-from magpie_tts.engine.stream.synth import SynthesisOptions
 from onnx import TensorProto, helper, numpy_helper
 
 CHANNELS = 6
