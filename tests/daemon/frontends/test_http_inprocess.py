@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.frontends.http.server import HttpFrontend
 
-from .fakes import RATE, FakeHost, FakePlayer, FakeSynth, fake_core
+from ...fakes import RATE, FakeHost, FakePlayer, FakeSynth, fake_core
 
 Check = Callable[[TestClient, FakeHost], Awaitable[None]]
 

@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from .conftest import write_wav
-from .harness import free_port, make_daemon, wait_port
+from ...conftest import write_wav
+from ...harness import free_port, make_daemon, wait_port
 
 # (not the bench's medium sentence: the recognizer hears "in Boston" as "embossed in"
 # about one time in ten)

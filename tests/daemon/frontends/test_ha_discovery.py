@@ -10,8 +10,8 @@ import jinja2
 import pytest
 from magpie_tts.daemon.frontends.mqtt.ha_discovery import config_topic
 
-from .conftest import write_wav
-from .harness import Probe, publish
+from ...conftest import write_wav
+from ...harness import Probe, publish
 
 TEMPLATES = jinja2.Environment()
 

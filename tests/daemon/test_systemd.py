@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from magpie_tts.daemon.config import Config, load_config
 
-from .harness import MAGPIE, REPO, Probe, have, make_daemon
+from ..harness import MAGPIE, REPO, Probe, have, make_daemon
 
 UNIT = REPO / "systemd" / "magpie-tts.service"
 pytestmark = pytest.mark.skipif(not have("systemd-analyze"), reason="systemd-analyze missing")

@@ -21,6 +21,8 @@ from magpie_tts.engine.runtime import (
     provider_entries,
 )
 
+from ..harness import REPO
+
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 PROFILE = ("/Mul_7_output_0", 32, 528, 528)
 
@@ -122,7 +124,7 @@ def test_precision_is_chosen_per_provider(prepared_split, provider, requested, p
 
 
 def _install_plan(**env: str) -> subprocess.CompletedProcess[str]:
-    script = Path(__file__).resolve().parent.parent / "tools" / "install-gpu.sh"
+    script = REPO / "tools" / "install-gpu.sh"
     return subprocess.run(
         [str(script), "/venv/bin/python", "--dry-run"],
         env={**os.environ, **env},
@@ -230,7 +232,7 @@ def test_a_process_opts_into_one_thread_pool_before_its_first_session(
     import numpy as np
     from magpie_tts.engine import SynthesisOptions
 
-    from .harness import SEED
+    from ..harness import SEED
 
     text = "Turning off the lights."
     probe = [sys.executable, "-c", SHARED_POOL_PROBE, str(state_dir), mode, str(tmp_path)]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .harness import Broker, Probe, make_daemon, publish
+from ..harness import Broker, Probe, make_daemon, publish
 
 pytestmark = pytest.mark.slow  # starts its own brokers and daemons
 

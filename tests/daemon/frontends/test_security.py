@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Broker, Probe, have, make_daemon, publish
+from ...harness import Broker, Probe, have, make_daemon, publish
 
 PASSWORD = "s3cret-Magpie-pw"
 pytestmark = [

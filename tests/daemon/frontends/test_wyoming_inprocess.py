@@ -16,7 +16,7 @@ from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from .fakes import RATE, FakeHost, FakeSynth, fake_core
+from ...fakes import RATE, FakeHost, FakeSynth, fake_core
 
 
 class Client:

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from .harness import REPO
+from ..harness import REPO
 
 pytestmark = pytest.mark.slow  # builds a wheel
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from .conftest import write_wav
+from ...conftest import write_wav
 
 
 def speak_and_record(daemon, probe, message: str, topic: str = "say", request_id: str = ""):
@@ -89,7 +89,7 @@ def test_events_arrive_in_order_with_timing(daemon, probe) -> None:
 
 
 def test_status_is_retained_with_latency_figures(daemon, probe, broker) -> None:
-    from .harness import Probe
+    from ...harness import Probe
 
     daemon.say("Status check.")
     probe.wait(f"{daemon.base}/events", lambda e: e["event"] == "finished")

@@ -10,7 +10,7 @@ from magpie_tts.daemon.core.core import Core, CoreLimits
 from magpie_tts.daemon.core.utterance import TERMINAL, Ask, Refused
 from magpie_tts.engine.text.policy import TextPolicy
 
-from .fakes import FakePlayer, FakeRegistry, FakeSynth, RecordingSink
+from ..fakes import FakePlayer, FakeRegistry, FakeSynth, RecordingSink
 
 SENTENCES = "One two three. Four five six. Seven eight nine. Ten eleven twelve."
 

@@ -14,7 +14,7 @@ from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.utterance import Ask
 from magpie_tts.daemon.frontends.mqtt.frontend import MqttFrontend
 
-from .fakes import FakeHost, FakeSynth, RecordingSink, fake_core
+from ...fakes import FakeHost, FakeSynth, RecordingSink, fake_core
 
 BASE = "magpie"
 

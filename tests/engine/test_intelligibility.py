@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .conftest import SPEAKER_SENTENCES, write_wav
+from ..conftest import SPEAKER_SENTENCES, write_wav
 
 
 def test_ten_sentences_are_intelligible(synth, recognizer, tmp_path) -> None:

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from .harness import Probe, make_daemon
+from ..harness import Probe, make_daemon
 
 
 def test_warm_cache_restart_signals_and_privacy(tmp_path, broker, prepared_state) -> None:

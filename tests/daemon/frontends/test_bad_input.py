@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .harness import Probe, make_daemon
+from ...harness import Probe, make_daemon
 
 SAY = [
     b"",

@@ -23,8 +23,8 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .conftest import write_wav
-from .harness import Probe, free_port, make_daemon
+from ...conftest import write_wav
+from ...harness import Probe, free_port, make_daemon
 
 REPLY = (
     "The living room lights are now off. Tomorrow will be sunny with a light breeze. "

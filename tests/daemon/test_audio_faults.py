@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .harness import Probe, PulseSink, have, make_daemon
+from ..harness import Probe, PulseSink, have, make_daemon
 
 pytestmark = pytest.mark.skipif(not have("pulseaudio"), reason="pulseaudio missing")
 
