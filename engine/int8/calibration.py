@@ -67,7 +67,7 @@ GATE_TEXTS = (
 )
 
 
-class _Latents:
+class Latents:
     """z for each clause of a text from one frontend file, as streaming makes them: split
     at its flow, with noise seeded per unit (two frontends given one seed hear the same
     noise: an INT8 path is compared with fp32 on equal draws, and a prepare repeats),
@@ -98,25 +98,25 @@ class _Latents:
         return zs
 
 
-def _latents_of(path: Path, synth: StreamingSynthesizer) -> _Latents:
-    """The _Latents of a frontend file, reused while the file stays."""
+def latents_of(path: Path, synth: StreamingSynthesizer) -> Latents:
+    """The Latents of a frontend file, reused while the file stays."""
     key = (path, path.stat().st_mtime_ns)
     if key not in _LATENTS:
-        _LATENTS[key] = _Latents(path, synth)
+        _LATENTS[key] = Latents(path, synth)
     return _LATENTS[key]
 
 
-_LATENTS: dict[tuple[Path, int], _Latents] = {}
+_LATENTS: dict[tuple[Path, int], Latents] = {}
 
 
 def latents(
     synth: StreamingSynthesizer, text: str, seed: int = CALIBRATION_SEED
 ) -> list[np.ndarray]:
     """The synthesizer's (fp32) frontend's z for each clause of text, noise from `seed`."""
-    return _latents_of(synth.graph_paths["frontend"], synth)(text, SynthesisOptions(), seed)
+    return latents_of(synth.graph_paths["frontend"], synth)(text, SynthesisOptions(), seed)
 
 
-def _windows(zs: list[np.ndarray], length: int) -> list[np.ndarray]:
+def calibration_windows(zs: list[np.ndarray], length: int) -> list[np.ndarray]:
     windows = []
     for z in zs:
         for start in range(0, max(1, z.shape[2] - length + 1), length // 2):

@@ -64,7 +64,7 @@ def _quiet_quantizer() -> Iterator[None]:
         logging.getLogger().removeFilter(hint)
 
 
-def _static_qdq(
+def static_qdq(
     model: Path,
     out: Path,
     feeds: list[dict[str, np.ndarray]],
@@ -89,7 +89,7 @@ def _static_qdq(
         )
 
 
-def _quantize(
+def quantize_candidate(
     split: SplitGraph,
     windows: list[np.ndarray],
     out: Path,
@@ -98,7 +98,7 @@ def _quantize(
     percentile: float = PERCENTILES[0],
     ops: tuple[str, ...] = ("Conv",),
 ) -> None:
-    _static_qdq(
+    static_qdq(
         split.decoder,
         out,
         [{split.latent_name: window} for window in windows],
@@ -113,7 +113,7 @@ def _is_upsampler(node: onnx.NodeProto) -> bool:
     return node.op_type == "ConvTranspose" or POLYPHASE_MARK in node.name
 
 
-def _conv_groups(split: SplitGraph) -> dict[str, list[str]]:
+def conv_groups(split: SplitGraph) -> dict[str, list[str]]:
     """Conv nodes by decoder stage, found by graph order: "input", "upsampleN" (an
     upsampler and the residual blocks after it), "upsampleN.blocks" (those blocks
     only) and "output" (the last conv); and "last adds", the Add nodes after the last
@@ -150,7 +150,7 @@ def _conv_groups(split: SplitGraph) -> dict[str, list[str]]:
 Candidate = tuple[str, list[str], float, tuple[str, ...]]
 
 
-def _candidates(groups: dict[str, list[str]]) -> list[Candidate]:
+def decoder_candidates(groups: dict[str, list[str]]) -> list[Candidate]:
     """(label, nodes kept fp32, calibration percentile, op types quantized), from the
     fastest to the most conservative: the residual adds INT8 too but the last stage's,
     all convs INT8, the last stage's residual blocks fp32, the last stage fp32 (the hiss

@@ -24,13 +24,13 @@ from ..precision import flow_path
 from ..stream.decoder import ChunkedDecoder
 from ..stream.synth import StreamingSynthesizer
 from ..values import SynthesisOptions
-from .calibration import CALIBRATION_SEED, CALIBRATION_TEXTS, GATE_TEXTS, _latents_of
-from .candidates import _static_qdq
+from .calibration import CALIBRATION_SEED, CALIBRATION_TEXTS, GATE_TEXTS, latents_of
+from .candidates import static_qdq
 from .gate import MAX_LOG_MEL_DB, MAX_PAUSE_FLOOR_DBFS, MIN_SPEEDUP
-from .measures import _decode, _heard, log_mel_distance, pause_floor_dbfs
+from .measures import decode_latent, heard_audio, log_mel_distance, pause_floor_dbfs
 
 
-def _flow_convs(path: Path) -> list[str]:
+def flow_convs(path: Path) -> list[str]:
     model = onnx.load(str(path), load_external_data=False)
     return [n.name for n in model.graph.node if n.op_type == "Conv" and "/flow/" in n.name]
 
@@ -39,7 +39,7 @@ def quantize_flow(
     synth: StreamingSynthesizer, split: SplitGraph, out: Path, texts: tuple[str, ...]
 ) -> bool:
     """Write the frontend with only its flow convolutions INT8, calibrated on texts."""
-    names = _flow_convs(split.frontend)
+    names = flow_convs(split.frontend)
     if not names:
         return False
     options = SynthesisOptions()
@@ -54,7 +54,7 @@ def quantize_flow(
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         seeded = Path(tmp) / "seeded.onnx"
         _seed_random_nodes(split.frontend, seeded, float(CALIBRATION_SEED))
-        _static_qdq(seeded, out, feeds, CalibrationMethod.MinMax, nodes_to_quantize=names)
+        static_qdq(seeded, out, feeds, CalibrationMethod.MinMax, nodes_to_quantize=names)
     _seed_random_nodes(out, out, None)
     return True
 
@@ -73,7 +73,7 @@ def _seed_random_nodes(model_path: Path, out: Path, seed: float | None) -> None:
     onnx.save(model, str(out))
 
 
-def _prepare_flow(
+def prepare_flow(
     synth: StreamingSynthesizer, split: SplitGraph, int8: ChunkedDecoder
 ) -> dict[str, Any]:
     """Quantize the flow's convolutions and keep the result only if every gate sentence
@@ -85,8 +85,8 @@ def _prepare_flow(
         return {"frontend": "fp32", "frontend_reason": "no flow convolutions found"}
     options = SynthesisOptions()
     # The reference synth is fp32.
-    fp32_front = _latents_of(synth.graph_paths["frontend"], synth)
-    int8_front = _latents_of(out, synth)
+    fp32_front = latents_of(synth.graph_paths["frontend"], synth)
+    int8_front = latents_of(out, synth)
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     distances, floors, timings = [], [], {"fp32": [], "int8": []}
     for text in GATE_TEXTS:
@@ -95,8 +95,8 @@ def _prepare_flow(
         if [z.shape for z in reference] != [z.shape for z in tested]:
             remove_frontend(out)
             return {"frontend": "fp32", "frontend_reason": f"INT8 flow changed a length: {text!r}"}
-        ref = np.concatenate([_decode(synth.decoder, z) for z in reference])
-        test = _heard(int8, tested, synth.voice.sample_rate)
+        ref = np.concatenate([decode_latent(synth.decoder, z) for z in reference])
+        test = heard_audio(int8, tested, synth.voice.sample_rate)
         distances.append(log_mel_distance(ref, test, synth.voice.sample_rate))
         floors.append(pause_floor_dbfs(test, synth.voice.sample_rate))
     for _ in range(3):  # interleaved, like the decoder's timing

@@ -13,8 +13,8 @@ from ..stream.decoder import ChunkedDecoder
 from ..stream.synth import StreamingSynthesizer
 from ..values import SynthesisOptions, to_pcm
 from ..voice import Voice
-from .calibration import CALIBRATION_SEED, GATE_TEXTS, _Latents, latents
-from .measures import _decode, _heard
+from .calibration import CALIBRATION_SEED, GATE_TEXTS, Latents, latents
+from .measures import decode_latent, heard_audio
 
 # 8: quantized from the channels-last decoder; 7: INT8 residual adds; 6: INT8 heard
 # through the expander (5: seeded, paired draws; 3: polyphase)
@@ -28,7 +28,7 @@ MAX_WER_INCREASE = 0.02
 # between 0.013 and 0.056 (same models, measured): the verdict flipped by chance.
 WER_DRAWS = 3
 MIN_SPEEDUP = 1.15  # INT8 must beat fp32 by a margin, not by measurement noise
-# Candidates this close in time are tied: quality decides. In one race (_race) two
+# Candidates this close in time are tied: quality decides. In one race (race_decoders) two
 # candidates with the same kernels (other scales) measured 9.6 % apart; the adds-INT8
 # decoder's rounds against convs alone spread 0.76-0.91 around a median of 0.86.
 SPEED_NOISE = 1.10
@@ -60,13 +60,13 @@ def gate_verdict(report: dict[str, Any]) -> tuple[bool, str]:
     )
 
 
-def _wer(
+def paired_wer(
     scorer: Callable[[np.ndarray, int, str], float],
     fp32: ChunkedDecoder,
     int8: ChunkedDecoder,
     synth: StreamingSynthesizer,
     voice: Voice,
-    int8_frontend: _Latents | None = None,
+    int8_frontend: Latents | None = None,
 ) -> tuple[float, float]:
     """Mean WER over the gate sentences and WER_DRAWS noise draws each: the fp32 path
     against the INT8 path (the INT8 frontend where adopted, else both decoders fed the
@@ -80,14 +80,14 @@ def _wer(
             int8_latents = (
                 clause_latents if int8_frontend is None else int8_frontend(text, options, seed)
             )
-            reference = np.concatenate([_decode(fp32, z) for z in clause_latents])
-            tested = _heard(int8, int8_latents, voice.sample_rate)
+            reference = np.concatenate([decode_latent(fp32, z) for z in clause_latents])
+            tested = heard_audio(int8, int8_latents, voice.sample_rate)
             for audio, rates in ((reference, fp32_rates), (tested, int8_rates)):
                 rates.append(scorer(to_pcm(audio), voice.sample_rate, text))
     return float(np.mean(fp32_rates)), float(np.mean(int8_rates))
 
 
-def _pick(scored: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+def pick_candidate(scored: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     """Among candidates within the bounds, the one closest to fp32 (log-mel) of those
     within SPEED_NOISE of the fastest: timed pair by pair, two candidates swapped order
     between prepares here (1.21x / 1.52x, then 1.51x / 1.29x), so speed alone picked by

@@ -56,7 +56,7 @@ def pause_floor_dbfs(audio: np.ndarray, sample_rate: int) -> float:
     return float(20 * np.log10(np.percentile(rms, 5)))
 
 
-def _decoder(path: Path, voice: Voice, disabled: tuple[str, ...] = ()) -> ChunkedDecoder:
+def load_decoder(path: Path, voice: Voice, disabled: tuple[str, ...] = ()) -> ChunkedDecoder:
     runtime = RuntimeConfig(provider="cpu", disabled_optimizers=disabled)
     session = make_session(path, runtime, choose_provider(runtime))
     decoder = ChunkedDecoder(session, "cpu", voice.hop_length)
@@ -64,11 +64,11 @@ def _decoder(path: Path, voice: Voice, disabled: tuple[str, ...] = ()) -> Chunke
     return decoder
 
 
-def _decode(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
+def decode_latent(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
     return np.concatenate([chunk.copy() for chunk in decoder.stream(z)])
 
 
-def _heard(decoder: ChunkedDecoder, zs: list[np.ndarray], sample_rate: int) -> np.ndarray:
+def heard_audio(decoder: ChunkedDecoder, zs: list[np.ndarray], sample_rate: int) -> np.ndarray:
     """An INT8 decoder's audio for consecutive latents as the synthesizer plays it:
     through one expander (its pause hiss gated)."""
-    return Expander(sample_rate)(np.concatenate([_decode(decoder, z) for z in zs]))
+    return Expander(sample_rate)(np.concatenate([decode_latent(decoder, z) for z in zs]))

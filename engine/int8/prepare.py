@@ -28,23 +28,23 @@ from .calibration import (
     CALIBRATION_TEXTS,
     CALIBRATION_WINDOW,
     GATE_TEXTS,
-    _latents_of,
-    _windows,
+    calibration_windows,
     latents,
+    latents_of,
 )
-from .candidates import _candidates, _conv_groups, _quantize, channels_last_split
-from .flow import _prepare_flow
+from .candidates import channels_last_split, conv_groups, decoder_candidates, quantize_candidate
+from .flow import prepare_flow
 from .gate import (
     GATE_FORMAT,
     MAX_LOG_MEL_DB,
     MAX_PAUSE_FLOOR_DBFS,
     WER_DRAWS,
-    _pick,
-    _wer,
     gate_verdict,
+    paired_wer,
+    pick_candidate,
 )
-from .measures import _decode, _decoder, _heard, log_mel_distance, pause_floor_dbfs
-from .race import _race, measure_layout
+from .measures import decode_latent, heard_audio, load_decoder, log_mel_distance, pause_floor_dbfs
+from .race import measure_layout, race_decoders
 
 Progress = Callable[[str], None]
 
@@ -69,15 +69,15 @@ def prepare_int8(
     started = time.perf_counter()
     voice = synth.voice
     progress(f"[1/5] calibration latents from {len(CALIBRATION_TEXTS)} sentences")
-    calibration = _windows(
+    calibration = calibration_windows(
         [z for text in CALIBRATION_TEXTS for z in latents(synth, text)],
         CALIBRATION_WINDOW,
     )
     gate_latents = [z for text in GATE_TEXTS for z in latents(synth, text)]
     fp32 = synth.decoder
-    references = [_decode(fp32, z) for z in gate_latents]
+    references = [decode_latent(fp32, z) for z in gate_latents]
 
-    candidates = _candidates(_conv_groups(split))
+    candidates = decoder_candidates(conv_groups(split))
     progress(f"[2/5] quantizing {len(candidates)} decoder candidates on {len(calibration)} windows")
     scored: list[list[Any]] = []
     passing: dict[int, ChunkedDecoder] = {}
@@ -87,7 +87,7 @@ def prepare_int8(
         last_split = channels_last_split(split, Path(tmp) / "decoder.channels_last.onnx")
         for index, (label, exclude, percentile, ops) in enumerate(candidates):
             path = Path(tmp) / f"candidate{index}.onnx"
-            _quantize(
+            quantize_candidate(
                 last_split or split,
                 calibration,
                 path,
@@ -96,8 +96,8 @@ def prepare_int8(
                 percentile,
                 ops,
             )
-            decoder = _decoder(path, voice)
-            outputs = [_heard(decoder, [z], voice.sample_rate) for z in gate_latents]
+            decoder = load_decoder(path, voice)
+            outputs = [heard_audio(decoder, [z], voice.sample_rate) for z in gate_latents]
             distance = statistics.mean(
                 log_mel_distance(ref, out, voice.sample_rate)
                 for ref, out in zip(references, outputs, strict=True)
@@ -115,16 +115,18 @@ def prepare_int8(
             scored.append([not good, distance, index, label, path, distance, floor, kept])
         if passing:
             progress(f"      speed: {len(passing)} candidates within the bounds, in turn with fp32")
-            fp32_s, *seconds = _race([fp32, *passing.values()], gate_latents)
+            fp32_s, *seconds = race_decoders([fp32, *passing.values()], gate_latents)
             for index, candidate_s in zip(passing, seconds, strict=True):
                 scored[index][1] = candidate_s / fp32_s
                 progress(f"      {scored[index][3]}: {fp32_s / candidate_s:.2f}x fp32 speed")
-        _, _, index, label, best, distance, floor, _ = _pick([tuple(entry) for entry in scored])
+        _, _, index, label, best, distance, floor, _ = pick_candidate(
+            [tuple(entry) for entry in scored]
+        )
         plain = best
         if last_split is not None:  # the same candidate from the model's own graph
             _, exclude, percentile, ops = candidates[index]
             plain = Path(tmp) / "plain.onnx"
-            _quantize(
+            quantize_candidate(
                 split, calibration, plain, exclude, CalibrationMethod.Percentile, percentile, ops
             )
         layout = measure_layout(best if last_split else None, plain, voice, gate_latents)
@@ -142,13 +144,13 @@ def prepare_int8(
         report_path.unlink(missing_ok=True)
         (best if layout["cpu_layout"] == CHANNELS_LAST else plain).replace(model_path)
 
-    int8 = _decoder(model_path, voice, layout_optimizers(layout))
+    int8 = load_decoder(model_path, voice, layout_optimizers(layout))
     progress("[3/5] INT8 flow in the frontend (durations stay fp32)")
-    flow = _prepare_flow(synth, split, int8)
+    flow = prepare_flow(synth, split, int8)
     progress(f"      {flow['frontend_reason']}")
 
     progress("[4/5] speed: fp32 vs INT8 decoder, interleaved")
-    fp32_s, int8_s = _race([fp32, int8], gate_latents)
+    fp32_s, int8_s = race_decoders([fp32, int8], gate_latents)
     speedup = fp32_s / int8_s
     audio_s = sum(len(r) for r in references) / voice.sample_rate
 
@@ -175,8 +177,8 @@ def prepare_int8(
     )
     if wer_scorer is not None:
         adopted = flow["frontend"] != "fp32"
-        int8_frontend = _latents_of(flow_path(split), synth) if adopted else None
-        wer_fp32, wer_int8 = _wer(wer_scorer, fp32, int8, synth, voice, int8_frontend)
+        int8_frontend = latents_of(flow_path(split), synth) if adopted else None
+        wer_fp32, wer_int8 = paired_wer(wer_scorer, fp32, int8, synth, voice, int8_frontend)
         report.update(wer_fp32=round(wer_fp32, 4), wer_int8=round(wer_int8, 4))
     report["passed"], report["reason"] = gate_verdict(report)
     report["prepare_s"] = round(time.perf_counter() - started, 1)
@@ -186,7 +188,7 @@ def prepare_int8(
 
 def _same_audio(a: Path, b: Path, voice: Voice, zs: list[np.ndarray]) -> bool:
     """Whether two decoders give the same samples (each latent decoded whole)."""
-    first, second = _decoder(a, voice), _decoder(b, voice)
+    first, second = load_decoder(a, voice), load_decoder(b, voice)
     return all(np.array_equal(first.decode(z).copy(), second.decode(z).copy()) for z in zs)
 
 

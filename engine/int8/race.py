@@ -14,7 +14,7 @@ from ..precision import CHANNELS_LAST
 from ..runtime import NHWC_LAYOUT
 from ..stream.decoder import ChunkedDecoder
 from ..voice import Voice
-from .measures import _decoder
+from .measures import load_decoder
 
 LAYOUT_MARGIN = 1.05  # another layout is adopted only when faster by more than noise
 RACE_ROUNDS = 5
@@ -28,7 +28,7 @@ def _timed(decoder: ChunkedDecoder, zs: list[np.ndarray]) -> float:
     return time.perf_counter() - started
 
 
-def _race(decoders: list[ChunkedDecoder], zs: list[np.ndarray]) -> list[float]:
+def race_decoders(decoders: list[ChunkedDecoder], zs: list[np.ndarray]) -> list[float]:
     """Median seconds of each decoder for the whole set, all in turn in every round (the
     order reversed every other round), so the host's drift hits all alike: timed pair by
     pair minutes apart, two candidates measured 1.68x and 1.87x fp32 in one prepare and
@@ -51,10 +51,13 @@ def measure_layout(
     is kept unless another is faster by more than noise. Measured on each board: ARM's
     quantized kernels differ. Here (x86, AVX-512 VNNI): channels-last 0.75-0.82x the
     time of either other, which measured alike (0.98x)."""
-    decoders = {"nhwc": _decoder(plain, voice), "nchw": _decoder(plain, voice, (NHWC_LAYOUT,))}
+    decoders = {
+        "nhwc": load_decoder(plain, voice),
+        "nchw": load_decoder(plain, voice, (NHWC_LAYOUT,)),
+    }
     if channels_last is not None:
-        decoders = {CHANNELS_LAST: _decoder(channels_last, voice), **decoders}
-    seconds = dict(zip(decoders, _race(list(decoders.values()), zs), strict=True))
+        decoders = {CHANNELS_LAST: load_decoder(channels_last, voice), **decoders}
+    seconds = dict(zip(decoders, race_decoders(list(decoders.values()), zs), strict=True))
     fastest = min(seconds, key=seconds.__getitem__)
     first = next(iter(seconds))
     chosen = first if seconds[first] <= seconds[fastest] * LAYOUT_MARGIN else fastest

@@ -9,14 +9,14 @@ import onnxruntime as ort
 import pytest
 from magpie_tts.engine.graph.channels_last import rewrite_channels_last
 from magpie_tts.engine.graph.split import split_voice
-from magpie_tts.engine.int8.calibration import _windows, latents
+from magpie_tts.engine.int8.calibration import calibration_windows, latents
 from magpie_tts.engine.int8.candidates import (
-    _candidates,
-    _conv_groups,
-    _quantize,
     channels_last_split,
+    conv_groups,
+    decoder_candidates,
+    quantize_candidate,
 )
-from magpie_tts.engine.int8.measures import _decoder
+from magpie_tts.engine.int8.measures import load_decoder
 from magpie_tts.engine.int8.race import measure_layout
 from magpie_tts.engine.precision import CHANNELS_LAST
 from onnx import TensorProto, helper, numpy_helper
@@ -67,17 +67,17 @@ def test_quantized_from_it_the_same_audio_without_the_transposes(
     with no transpose between its convs (the other has one or two around each)."""
     split = split_voice(voice, state_dir)
     zs = latents(synth, "The kitchen lights are on, and the front door is locked.")
-    calibration = _windows(zs, 96)
-    _, exclude, percentile, ops = _candidates(_conv_groups(split))[0]
+    calibration = calibration_windows(zs, 96)
+    _, exclude, percentile, ops = decoder_candidates(conv_groups(split))[0]
     last_split = channels_last_split(split, tmp_path / "decoder.channels_last.onnx")
     assert last_split is not None
     paths = {}
     for name, source in (("plain", split), ("last", last_split)):
         paths[name] = tmp_path / f"{name}.int8.onnx"
-        _quantize(
+        quantize_candidate(
             source, calibration, paths[name], exclude, CalibrationMethod.Percentile, percentile, ops
         )
-    plain, last = _decoder(paths["plain"], voice), _decoder(paths["last"], voice)
+    plain, last = load_decoder(paths["plain"], voice), load_decoder(paths["last"], voice)
     for z in zs:
         assert np.array_equal(plain.decode(z).copy(), last.decode(z).copy())
     plain_ops = _optimized_ops(str(paths["plain"]), tmp_path)

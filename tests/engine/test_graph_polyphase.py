@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from magpie_tts.engine.graph.polyphase import phase_groups, rewrite_conv_transposes
 from magpie_tts.engine.graph.split import split_voice
-from magpie_tts.engine.int8.candidates import _candidates, _conv_groups
+from magpie_tts.engine.int8.candidates import conv_groups, decoder_candidates
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -102,7 +102,7 @@ def test_split_decoder_has_only_plain_convs_grouped_by_stage(voice, state_dir) -
     split = split_voice(voice, state_dir)
     model = onnx.load(str(split.decoder))
     assert "ConvTranspose" not in {n.op_type for n in model.graph.node}
-    groups = _conv_groups(split)
+    groups = conv_groups(split)
     stages = sorted(g for g in groups if g.startswith("upsample") and "." not in g)
     assert len(stages) == 3
     for stage in stages:
@@ -111,7 +111,7 @@ def test_split_decoder_has_only_plain_convs_grouped_by_stage(voice, state_dir) -
         assert upsampler and all("/phase" in n for n in upsampler)
         assert blocks and not any("/phase" in n for n in blocks)
     assert groups["output"] == ["/dec/conv_post/Conv"]
-    candidates = _candidates(groups)
+    candidates = decoder_candidates(groups)
     # The fastest plan first: residual adds INT8 too, but not the last stage's (its hiss).
     _, exclude, _, ops = candidates[0]
     assert ops == ("Conv", "Add") and exclude == groups["output"] + groups["last adds"]

@@ -14,14 +14,19 @@ from magpie_tts.engine.graph.split import split_voice
 from magpie_tts.engine.int8.calibration import (
     CALIBRATION_TEXTS,
     GATE_TEXTS,
-    _latents_of,
-    _windows,
+    calibration_windows,
     latents,
+    latents_of,
 )
-from magpie_tts.engine.int8.candidates import _conv_groups, _quantize
+from magpie_tts.engine.int8.candidates import conv_groups, quantize_candidate
 from magpie_tts.engine.int8.flow import quantize_flow
-from magpie_tts.engine.int8.gate import MAX_LOG_MEL_DB, _pick, gate_verdict
-from magpie_tts.engine.int8.measures import _decode, _decoder, log_mel_distance, pause_floor_dbfs
+from magpie_tts.engine.int8.gate import MAX_LOG_MEL_DB, gate_verdict, pick_candidate
+from magpie_tts.engine.int8.measures import (
+    decode_latent,
+    load_decoder,
+    log_mel_distance,
+    pause_floor_dbfs,
+)
 from magpie_tts.engine.int8.race import measure_layout
 from magpie_tts.engine.precision import (
     CHANNELS_LAST,
@@ -107,26 +112,27 @@ def test_static_int8_decoder_keeping_the_last_stage_fp32_stays_faithful(
         "Good morning! The coffee machine is warming up and will be ready soon. "
         "It will be windy tonight with gusts up to fifty kilometers per hour.",
     )
-    groups = _conv_groups(split)
+    groups = conv_groups(split)
     assert groups["output"] and len([g for g in groups if g.startswith("upsample")]) >= 2
     last_stage = sorted(g for g in groups if g.startswith("upsample"))[-1]
     out = tmp_path / "int8.onnx"
-    _quantize(
+    quantize_candidate(
         split,
-        _windows(zs, 96),
+        calibration_windows(zs, 96),
         out,
         groups["output"] + groups[last_stage],
         CalibrationMethod.Percentile,
     )
-    fp32, int8 = _decoder(split.decoder, voice), _decoder(out, voice)
+    fp32, int8 = load_decoder(split.decoder, voice), load_decoder(out, voice)
     distances = [
-        log_mel_distance(_decode(fp32, z), _decode(int8, z), voice.sample_rate) for z in zs
+        log_mel_distance(decode_latent(fp32, z), decode_latent(int8, z), voice.sample_rate)
+        for z in zs
     ]
     assert statistics.mean(distances) < 4.0
     assert out.stat().st_size < 0.8 * split.decoder.stat().st_size
     # Without the NHWC transformer the same kernels' arithmetic runs: the same audio
     # (one whole latent each: windows follow each decoder's measured speed).
-    plain = _decoder(out, voice, (NHWC_LAYOUT,))
+    plain = load_decoder(out, voice, (NHWC_LAYOUT,))
     for z in zs:
         assert np.array_equal(plain.decode(z).copy(), int8.decode(z).copy())
     layout = measure_layout(None, out, voice, zs[:1])  # no channels-last graph to race
@@ -215,18 +221,20 @@ def test_int8_flow_keeps_every_duration_and_stays_close(voice, synth, state_dir,
         assert np.array_equal(durations_fp32, durations_int8)
         assert z_int8.shape == z_fp32.shape
         distance = log_mel_distance(
-            _decode(synth.decoder, z_fp32), _decode(synth.decoder, z_int8), voice.sample_rate
+            decode_latent(synth.decoder, z_fp32),
+            decode_latent(synth.decoder, z_int8),
+            voice.sample_rate,
         )
         assert distance < MAX_LOG_MEL_DB
     # With noise on, draw k of both paths is the same noise (paired): same durations, and
     # what differs is the quantization's.
-    int8_latents = _latents_of(out, synth)
+    int8_latents = latents_of(out, synth)
     for text in GATE_TEXTS[6:8]:
         reference, tested = latents(synth, text, 1), int8_latents(text, SynthesisOptions(), 1)
         assert [z.shape for z in reference] == [z.shape for z in tested]
         distance = log_mel_distance(
-            _decode(synth.decoder, np.concatenate(reference, axis=2)),
-            _decode(synth.decoder, np.concatenate(tested, axis=2)),
+            decode_latent(synth.decoder, np.concatenate(reference, axis=2)),
+            decode_latent(synth.decoder, np.concatenate(tested, axis=2)),
             voice.sample_rate,
         )
         assert distance < MAX_LOG_MEL_DB
@@ -241,15 +249,15 @@ def test_quality_decides_between_candidates_tied_on_speed() -> None:
     closer = entry(True, 0.86, "closer", 1.3)  # within 10 % of the fastest: a tie
     slow = entry(True, 0.95, "slow", 1.0)  # closest of all, but clearly slower
     hiss = entry(False, 0.5, "hiss", 5.0)
-    assert _pick([fastest, closer, slow, hiss])[3] == "closer"
-    assert _pick([fastest, slow, hiss])[3] == "fastest"
-    assert _pick([hiss, entry(False, 0.6, "less", 4.5)])[3] == "less"  # none passes
+    assert pick_candidate([fastest, closer, slow, hiss])[3] == "closer"
+    assert pick_candidate([fastest, slow, hiss])[3] == "fastest"
+    assert pick_candidate([hiss, entry(False, 0.6, "less", 4.5)])[3] == "less"  # none passes
     # The same convs kept fp32 at another percentile: the same kernels, one speed (the
     # median of its timings), so a slow timing of the closer one is noise.
     finer = entry(True, 1.00, "finer", 0.9, kept="slow")
     quick = entry(True, 0.60, "quick", 1.1, kept="slow")
-    assert _pick([fastest, slow, finer])[3] == "fastest"  # median 0.975: clearly slower
-    assert _pick([fastest, finer, quick])[3] == "finer"  # median 0.80: a tie
+    assert pick_candidate([fastest, slow, finer])[3] == "fastest"  # median 0.975: clearly slower
+    assert pick_candidate([fastest, finer, quick])[3] == "finer"  # median 0.80: a tie
 
 
 def test_gate_latents_repeat_by_seed(synth) -> None:
