@@ -62,8 +62,8 @@ class StreamingSynthesizer:
         self.stages: StageTimes | None = None  # set to profile (one stream at a time)
         # Frontend seconds per character of a unit's text (with its context words) in
         # each lane, measured: how long a stream's coming frontend turn will take.
-        self._frontend_s_per_char = [0.0] * len(sessions.frontends)
-        self._first_turn_s: float | None = None  # a stream's first turn, measured (EMA)
+        self.frontend_s_per_char = [0.0] * len(sessions.frontends)
+        self.first_turn_s: float | None = None  # a stream's first turn, measured (EMA)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
@@ -116,7 +116,7 @@ class StreamingSynthesizer:
         ids = [self.phonemizer.clause_ids(text) for text in texts]
         return [(len(each), self.frontend_feeds(each, quiet)) for each in ids]
 
-    def _prior(
+    def prior(
         self, ids: list[int], options: SynthesisOptions, durations: bool, frontend: Any = None
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """(z_p, mask, durations) from the encoder, or (z, None, durations) where the
@@ -136,7 +136,7 @@ class StreamingSynthesizer:
         frames = out[-1].reshape(-1).astype(np.int64) if durations else None
         return prior, mask, frames
 
-    def _run_flow(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def run_flow(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The flow session of the calling turn's lane on frames of z_p."""
         return self._flow_on(self.turns.lane(), prior, mask)
 
@@ -148,34 +148,34 @@ class StreamingSynthesizer:
         }
         return self.sessions.flows[lane].run([self.latent_name], feeds)[0]
 
-    def _latent(
+    def windowed_latent(
         self, prior: np.ndarray, mask: np.ndarray | None, reads: tuple[int, int], small_first: bool
     ) -> np.ndarray | FlowLatent:
         """z for the decoder: made by the flow as windows read it (frames `reads` of it,
         the first window alone when `small_first`), or z itself from a whole frontend."""
         if mask is None or self.flow is None:
             return prior
-        return FlowLatent(self._run_flow, prior, mask, self.flow.context, reads, small_first)
+        return FlowLatent(self.run_flow, prior, mask, self.flow.context, reads, small_first)
 
     def _whole_latent(self, prior: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         """z over every frame at once: the flow run whole (or z from a whole frontend)."""
-        return prior if mask is None else self._run_flow(prior, mask)
+        return prior if mask is None else self.run_flow(prior, mask)
 
     def latent(self, ids: list[int], options: SynthesisOptions) -> np.ndarray:
-        prior, mask, _ = self._prior(ids, options, durations=False)
+        prior, mask, _ = self.prior(ids, options, durations=False)
         return self._whole_latent(prior, mask)
 
     def latent_and_durations(
         self, ids: list[int], options: SynthesisOptions
     ) -> tuple[np.ndarray, np.ndarray]:
         """z and the frames each id lasts (the voice must have durations)."""
-        prior, mask, durations = self._prior(ids, options, durations=True)
+        prior, mask, durations = self.prior(ids, options, durations=True)
         assert durations is not None
         return self._whole_latent(prior, mask), durations
 
     # -- timings the streams share (units.py) ---------------------------------------------
 
-    def _first_audio_s(self, first_step: int, frontend_s: float, pace: Pace) -> float:
+    def first_audio_s(self, first_step: int, frontend_s: float, pace: Pace) -> float:
         """Audio an utterance's first chunk must hold so that the stream need not come
         back for a turn before its next turn is due anyway: after the turns of the other
         streams decoding now, those still waiting for their first sound and those started
@@ -188,16 +188,16 @@ class StreamingSynthesizer:
         if first_step != 0 or pace.priority == SPEAKER or not self.turns.waiting:
             return 0.0
         others = max(self.turns.others(pace), 1)  # at least one other stream's turn
-        turn_s = self._first_turn_s
+        turn_s = self.first_turn_s
         if turn_s is None:
             per_frame = self.decoder.seconds_per_frame or 0.0
             turn_s = frontend_s + per_frame * (self.config.schedule[0] + self.context)
         return GUARD_S + math.ceil(others / self.turns.lanes) * turn_s
 
-    def _frontend_took(self, seconds: float, chars: int) -> None:
+    def frontend_took(self, seconds: float, chars: int) -> None:
         """Follow the lane's measured frontend speed (a moving average: load varies)."""
         lane = self.turns.lane()
-        rates = self._frontend_s_per_char
+        rates = self.frontend_s_per_char
         rates[lane] = 0.7 * rates[lane] + 0.3 * seconds / max(chars, 1)
 
     # -- streams ------------------------------------------------------------------------
@@ -256,14 +256,14 @@ class StreamingSynthesizer:
                 for clause in self.clauses(sentence):
                     ids = self.phonemizer.clause_ids(clause)
                     began = time.perf_counter()
-                    prior, mask, _ = self._prior(ids, quiet, durations=False, frontend=frontend)
+                    prior, mask, _ = self.prior(ids, quiet, durations=False, frontend=frontend)
                     if mask is not None:  # the flow, whole and over a first window
                         self._flow_on(lane, prior, mask)
                     spent = time.perf_counter() - began  # a later unit's first turn
                     if mask is not None:
                         first = min(64, prior.shape[2])
                         self._flow_on(lane, prior[:, :, :first], mask[:, :, :first])
-            self._frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
+            self.frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 

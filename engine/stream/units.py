@@ -91,7 +91,7 @@ class Stream:
         first_step = 0 if index == 0 else len(synth.config.schedule) - 1
         chunks = self.unit_chunks(clause, before, after, first_step)
         # The first turn runs the unit's frontend: ask for it that much before running dry.
-        pace.need_s = max(synth._frontend_s_per_char) * len(before + clause + after)
+        pace.need_s = max(synth.frontend_s_per_char) * len(before + clause + after)
         first_turn = pace.first_at is None  # this turn makes the stream's first sound
         while not self.stop.stopped:
             # One thread does a first turn as fast as two, and leaves a core to a stream
@@ -102,7 +102,7 @@ class Stream:
                 piece = next(chunks, None)
                 if first_turn and piece is not None:
                     took = time.perf_counter() - turn_began
-                    synth._first_turn_s = 0.7 * (synth._first_turn_s or took) + 0.3 * took
+                    synth.first_turn_s = 0.7 * (synth.first_turn_s or took) + 0.3 * took
                     first_turn = False
                 if piece is None:
                     break
@@ -150,7 +150,7 @@ class Stream:
             clock.phonemize_s = time.perf_counter() - started
             if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
                 started = time.perf_counter()
-                prior, mask, durations = synth._prior(ids, options, durations=True)
+                prior, mask, durations = synth.prior(ids, options, durations=True)
                 assert durations is not None
                 clock.frontend_s = time.perf_counter() - started
                 clock.ids, clock.own_ids = len(ids), stop - start
@@ -164,8 +164,8 @@ class Stream:
                     # The flow runs only over the frames the windows read: not over the
                     # context words' own.
                     reads = (span.decode_from - synth.context, span.decode_to + synth.context)
-                    z = synth._latent(prior, mask, reads, small_first=first_step == 0)
-                    first_audio = synth._first_audio_s(first_step, clock.frontend_s, pace)
+                    z = synth.windowed_latent(prior, mask, reads, small_first=first_step == 0)
+                    first_audio = synth.first_audio_s(first_step, clock.frontend_s, pace)
                     windows = synth.decoder.plan(
                         frames, first_step, keep, pace.ahead_s, first_audio
                     )
@@ -174,24 +174,24 @@ class Stream:
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
                     for made, audio in enumerate(timed, start=1):
                         if chars:  # the unit's first turn: its frontend, the whole flow
-                            synth._frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
+                            synth.frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
                             chars = 0
                         yield *crop.take(audio), span.joins_previous, made == len(windows)
                     return
-                synth._frontend_took(clock.frontend_s, len(before + clause + after))
+                synth.frontend_took(clock.frontend_s, len(before + clause + after))
         last_step = len(synth.config.schedule) - 1
         started = time.perf_counter()
         parts = synth.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
         clock.phonemize_s += time.perf_counter() - started
         for part, ids in enumerate(parts):
             started = time.perf_counter()
-            prior, mask, _ = synth._prior(ids, options, durations=False)
+            prior, mask, _ = synth.prior(ids, options, durations=False)
             clock.frontend_s += time.perf_counter() - started
             clock.ids += len(ids)
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step
-            z = synth._latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
-            first_audio = synth._first_audio_s(step, clock.frontend_s, pace)
+            z = synth.windowed_latent(prior, mask, (0, prior.shape[2]), small_first=step == 0)
+            first_audio = synth.first_audio_s(step, clock.frontend_s, pace)
             windows = synth.decoder.plan(z.shape[2], step, None, pace.ahead_s, first_audio)
             chunks = synth.decoder.decode_windows(z, windows, self.sid)
             timed = self._timed(chunks, clock, z.shape[2], z)

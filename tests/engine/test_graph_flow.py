@@ -105,14 +105,14 @@ def test_windowed_flow_audio_equals_the_whole_frontend(synth, whole, text: str) 
 
 def test_the_first_read_runs_the_flow_over_its_window_only(synth) -> None:
     ids = synth.phonemizer.clause_ids(TEXT)
-    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
-    reference = synth._run_flow(prior, mask)
+    prior, mask, _ = synth.prior(ids, QUIET, durations=False)
+    reference = synth.run_flow(prior, mask)
     frames = prior.shape[2]
     runs: list[int] = []
 
     def run(p: np.ndarray, m: np.ndarray) -> np.ndarray:
         runs.append(p.shape[2])
-        return synth._run_flow(p, m)
+        return synth.run_flow(p, m)
 
     # Float rounding differs with the run's length (~1e-4); 8 frames too little context
     # measured 1e-3, 16 too little 2e-2: 5e-4 tells them apart.
@@ -130,13 +130,13 @@ def test_the_first_read_runs_the_flow_over_its_window_only(synth) -> None:
 
 def test_the_flow_skips_frames_no_window_reads(synth) -> None:
     ids = synth.phonemizer.clause_ids(TEXT)
-    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
-    reference = synth._run_flow(prior, mask)
+    prior, mask, _ = synth.prior(ids, QUIET, durations=False)
+    reference = synth.run_flow(prior, mask)
     runs: list[int] = []
 
     def run(p: np.ndarray, m: np.ndarray) -> np.ndarray:
         runs.append(p.shape[2])
-        return synth._run_flow(p, m)
+        return synth.run_flow(p, m)
 
     z = FlowLatent(run, prior, mask, synth.flow.context, (100, 180), small_first=False)
     np.testing.assert_allclose(z[:, :, 100:140], reference[:, :, 100:140], atol=5e-4)
@@ -148,9 +148,9 @@ def test_a_small_first_read_reports_the_whole_flows_cost(synth) -> None:
     """The pacing needs what a later unit's first turn costs (the flow over all its
     frames), not the small first window's share."""
     ids = synth.phonemizer.clause_ids(TEXT)
-    prior, mask, _ = synth._prior(ids, QUIET, durations=False)
+    prior, mask, _ = synth.prior(ids, QUIET, durations=False)
     frames = prior.shape[2]
-    z = FlowLatent(synth._run_flow, prior, mask, synth.flow.context, (0, frames), True)
+    z = FlowLatent(synth.run_flow, prior, mask, synth.flow.context, (0, frames), True)
     assert z.whole_s() == 0.0  # nothing run yet
     z[:, :, 0:27]
     assert z.spent_frames == 27 + synth.flow.context

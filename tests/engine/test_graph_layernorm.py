@@ -112,7 +112,7 @@ def test_the_voices_encoder_runs_fused_with_the_whole_frontends_durations(synth)
         ids = synth.phonemizer.clause_ids(text)
         feeds = synth.frontend_feeds(ids, quiet)
         reference = whole.run([synth.durations_name], feeds)[0]
-        _, _, durations = synth._prior(ids, quiet, durations=True)
+        _, _, durations = synth.prior(ids, quiet, durations=True)
         assert durations is not None
         assert np.array_equal(durations, reference.reshape(-1).astype(np.int64))
 

@@ -14,13 +14,13 @@ QUIET = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
 def frontend_calls(synth):
     """Ids per frontend call, recorded by wrapping the synthesizer's encoder run."""
     calls: list[int] = []
-    prior = synth._prior
-    synth._prior = lambda ids, *args, **kwargs: (
+    prior = synth.prior
+    synth.prior = lambda ids, *args, **kwargs: (
         calls.append(len(ids)),
         prior(ids, *args, **kwargs),
     )[1]
     yield calls
-    del synth._prior
+    del synth.prior
 
 
 def test_a_normal_unit_is_one_part_with_the_same_ids(synth) -> None:

@@ -201,7 +201,7 @@ def test_a_first_chunk_outlasts_the_turns_of_streams_started_before_it(synth, mo
     """The last stream to start waits, before its next turn, for those of the streams
     started before it, not only for the first turns of streams still to start (sized by
     those alone, it held one turn and ran dry while the others took their second)."""
-    monkeypatch.setattr(synth, "_first_turn_s", 0.05)
+    monkeypatch.setattr(synth, "first_turn_s", 0.05)
     time.sleep(2 * RECENT_S)  # the streams of earlier tests are no longer decoding
     asker = Pace(CLIENT)
     started = [Pace(CLIENT) for _ in range(3)]
@@ -213,7 +213,7 @@ def test_a_first_chunk_outlasts_the_turns_of_streams_started_before_it(synth, mo
             thread.start()
             while synth.turns.waiting < count:
                 time.sleep(0.001)
-        first_audio = synth._first_audio_s(0, 0.02, asker)
+        first_audio = synth.first_audio_s(0, 0.02, asker)
     for thread in threads:
         thread.join(5)
     assert synth.turns.lanes == 1
