@@ -65,7 +65,7 @@ def run(config: Config, config_path: Path | None = None) -> int:
     try:
         service = Service(config)
         service.open()  # frontends that answer while the voice loads (/health: "loading")
-    except (OSError, ConfigError) as exc:
+    except (OSError, ConfigError) as exc:  # open() closed what it had started
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
     try:

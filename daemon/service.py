@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from magpie_tts.engine import VoiceSummary
@@ -63,7 +64,7 @@ class Service:
 
     def open(self) -> None:
         """Start the frontends that answer while the voice loads (HTTP's /health says
-        "loading"). Raises OSError (a port in use) with the reason."""
+        "loading"). If one cannot start (a port in use), close what started and raise."""
         self._start(f for f in self.frontends if f.answers_while_loading)
 
     def load(self) -> None:
@@ -75,26 +76,30 @@ class Service:
         start (a port in use, a broker refusing us), close everything and raise."""
         self.player.start()
         self.core.start()
+        self._start(f for f in self.frontends if not f.answers_while_loading)
+        self.ready = True
+
+    def _start(self, frontends: Iterable[Frontend]) -> None:
         try:
-            self._start(f for f in self.frontends if not f.answers_while_loading)
+            for frontend in frontends:
+                self._started.append(frontend)  # it may report as soon as it starts
+                frontend.start()
         except Exception:
             self.shutdown()
             raise
-        self.ready = True
-
-    def _start(self, frontends: Any) -> None:
-        for frontend in frontends:
-            frontend.start()
-            self._started.append(frontend)
 
     def shutdown(self) -> None:
         """Stop what plays, conclude what waits (each gets its event), then stop the
-        frontends, the last started first."""
-        self.ready = False
-        self.core.shutdown()
+        frontends, the last started first. Safe to call again, or before start."""
+        self.core.shutdown()  # from here on the core refuses new work: "shutting down"
         self.player.close()
         while self._started:
-            self._started.pop().stop()
+            frontend = self._started.pop()
+            try:
+                frontend.stop()
+            except Exception:  # the others must still stop
+                log.exception("stopping the %s frontend failed", frontend.name)
+        self.ready = False
 
     @property
     def healthy(self) -> bool:
@@ -182,6 +187,8 @@ class Service:
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 
         def cache_hits() -> float:
+            if not self.registry.loaded:
+                return 0
             cache = self.registry.default.phrase_cache
             return cache.hits if cache is not None else 0
 

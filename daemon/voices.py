@@ -83,6 +83,10 @@ class VoiceRegistry:
         return self._default
 
     @property
+    def loaded(self) -> bool:
+        return self._default is not None
+
+    @property
     def default(self) -> StreamingSynthesizer:
         if self._default is None:
             raise VoiceError("the default voice is not loaded yet")

@@ -202,7 +202,7 @@ _shared_arena = False
 def share_cpu_arena() -> bool:
     """Register one CPU memory arena in onnxruntime's environment (once per process), for
     every session to allocate from. Each session otherwise keeps its own arena at its
-    peak: worker lanes (turns.py), each with its own encoder, flow and decoder session,
+    peak: worker lanes (stream/turns.py), each with its own encoder, flow and decoder session,
     held +540 MB of RSS on 2 lanes; sharing one arena, +220 MB under load (measured:
     peak 995 against 644 MB, one lane 430 MB), at the same speed. False where this
     onnxruntime cannot (each session then keeps its own)."""

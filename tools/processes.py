@@ -83,7 +83,11 @@ class Broker:
             self.proc = subprocess.Popen(
                 ["mosquitto", "-c", str(self.conf)], stdout=log, stderr=log
             )
-        wait_port(self.port, proc=self.proc)
+        try:
+            wait_port(self.port, proc=self.proc)
+        except (TimeoutError, RuntimeError):
+            self.stop()  # not left running behind a failed start
+            raise
         return self
 
     def stop(self, graceful: bool = False) -> None:

@@ -9,7 +9,8 @@ and stops them in reverse order.
 
 A frontend that `answers_while_loading` (HTTP, so `/health` can say "loading" to a
 supervisor) is started before the voice loads and must check `host.ready` before it
-uses the core; the others start once the daemon is ready.
+uses the core; the others are started once the voice is loaded and the core runs, and
+may use the core from their start on.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def measure_layout(
     channels_last: Path | None, plain: Path, voice: Voice, zs: list[np.ndarray]
 ) -> dict[str, Any]:
     """The fastest way to run one INT8 decoder here, of the three that give the same
-    audio bit for bit: quantized from the channels-last graph (channels_last.py) with
+    audio bit for bit: quantized from the channels-last graph (graph/channels_last.py) with
     onnxruntime's NHWC transformer, and quantized from the model's own graph with the
     transformer (it transposes around every conv) or without it. The channels-last graph
     is kept unless another is faster by more than noise. Measured on each board: ARM's

@@ -60,7 +60,7 @@ class VoiceSessions:
 
 def load_sessions(voice: Voice, config: EngineConfig, probes: Probes) -> VoiceSessions:
     """The voice's sessions for `config`; VoiceError where a graph does not load.
-    `probes`: the inputs the flow split is checked on when it is built (flow_split.py)."""
+    `probes`: the inputs the flow split is checked on when it is built (graph/flow_split.py)."""
     split = split_voice(voice, config.cache_dir)
     choice = choose_provider(config.runtime)
     decoder_path, precision, precision_reason = select_decoder(

@@ -14,7 +14,7 @@ yields exactly the units that the whole text would.
 A unit cut between two words of a sentence carries the words around the cut (`Unit.after`,
 and `before` on the unit that continues it): spoken alone, it would end as an utterance
 ends (a falling pitch, a pause), a speaker who stops mid-phrase. The engine speaks it with
-those words and keeps only its own (synth.py).
+those words and keeps only its own (stream/units.py).
 """
 
 from __future__ import annotations
