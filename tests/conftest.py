@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import wave
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from magpie_tts.engine.graph.flow_split import FlowSplit, split_flow
 from magpie_tts.engine.int8 import GATE_TEXTS
 from magpie_tts.engine.runtime import RuntimeConfig
 from magpie_tts.engine.stream.config import EngineConfig
+from magpie_tts.engine.voice import default_model_path
 from magpie_tts.tools.recognizer import Recognizer
 
 from .harness import SEED
@@ -78,6 +80,19 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
         handle.setsampwidth(2)
         handle.setframerate(rate)
         handle.writeframes(pcm.astype("<i2").tobytes())
+    return path
+
+
+def tiny_voice(path: Path, inputs: tuple[str, ...] = ("input", "input_lengths", "scales")) -> Path:
+    """A tiny ONNX graph with Piper's inputs (or `inputs`) and the real voice's config
+    beside it: listed as a voice, but it does not load (no vocoder in it)."""
+    values = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [3]) for n in inputs]
+    output = onnx.helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [3])
+    node = onnx.helper.make_node("Identity", [inputs[-1]], ["output"], name=path.stem)
+    graph = onnx.helper.make_graph([node], path.stem, values, [output])
+    onnx.save(onnx.helper.make_model(graph), path)
+    config = default_model_path().with_name(default_model_path().name + ".json")
+    shutil.copy(config, path.with_name(path.name + ".json"))
     return path
 
 

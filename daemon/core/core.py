@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from magpie_tts.engine import CLIENT, EngineError, SynthesisOptions, TextPolicy
+from magpie_tts.engine import CLIENT, EngineError, SynthesisOptions, TextPolicy, VoiceError
 
 from ..player import Playback
 from .queue import UtteranceQueue
@@ -304,6 +304,8 @@ class Core:
         """Run one utterance; a failure concludes it with an error, never the thread."""
         try:
             speak(utterance)
+        except VoiceError as exc:  # its voice did not load: answered as at admission
+            self.conclude(utterance, "error", error=str(exc), code="unknown-voice")
         except EngineError as exc:
             self.conclude(utterance, "error", error=str(exc))
         except Exception as exc:  # one broken utterance must not end the service

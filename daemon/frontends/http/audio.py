@@ -119,6 +119,8 @@ class AudioResponse(OutcomeSink):
         problem = event.fields.get("error")
         if event.name == "stopped":
             problem = f"stopped: {event.fields.get('reason', 'stopped')}"
+        if event.fields.get("code") and self.response is None:  # refused after admission
+            return error_response(400, str(problem), event.fields["code"])  # (its voice)
         if self.response is None and self.stream_format is not None:
             if problem:  # nothing sent yet: a proper error status
                 status = 503 if "shutdown" in problem else 500

@@ -298,6 +298,8 @@ class HttpFrontend(Frontend):
             return web.json_response({"id": ask.id, "event": "queued"}, status=202)
         event = await waiter.outcome
         status = 200 if event.name == "finished" else (500 if event.name == "error" else 409)
+        if event.fields.get("code"):  # refused after admission (its voice did not load)
+            status = 400
         return web.json_response({"id": ask.id, "event": event.name, **event.fields}, status=status)
 
     async def stop_speech(self, request: web.Request) -> web.StreamResponse:
@@ -326,7 +328,7 @@ class HttpFrontend(Frontend):
             }
             for v in self.host.catalogue()
         ]
-        return web.json_response({"voices": voices, "aliases": sorted(OPENAI_VOICES)})
+        return web.json_response({"voices": voices, "aliases": sorted({*OPENAI_VOICES, "default"})})
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         self._ready(request)

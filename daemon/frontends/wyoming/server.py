@@ -331,7 +331,9 @@ class WyomingConnection(AsyncEventHandler):
         if event.name == "stopped":
             problem = f"stopped: {event.fields.get('reason', 'stopped')}"
         if problem:
-            code = {"error": "synthesis-failed", "stopped": "stopped"}.get(event.name, "warning")
+            code = event.fields.get("code") or (
+                {"error": "synthesis-failed", "stopped": "stopped"}.get(event.name, "warning")
+            )
             await self._error(str(problem), code)
         if request.audio_started:
             await self._write_safely(AudioStop().event())
