@@ -193,7 +193,7 @@ class Service:
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 
         def cache_hits() -> float:
-            if not self.registry.loaded:
+            if not self.registry.default_loaded:
                 return 0
             cache = self.registry.default.phrase_cache
             return cache.hits if cache is not None else 0

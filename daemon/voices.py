@@ -145,7 +145,7 @@ class VoiceRegistry:
         return self._default
 
     @property
-    def loaded(self) -> bool:
+    def default_loaded(self) -> bool:
         return self._default is not None
 
     @property

@@ -18,11 +18,14 @@ from ..fakes import FakeRegistry, FakeSynth
 class Registry(FakeRegistry):
     def __init__(self) -> None:
         super().__init__(FakeSynth())
-        self.loaded = False
+        self.default_loaded = False
 
     def load(self) -> Any:
-        self.loaded = True
+        self.default_loaded = True
         return self.synth
+
+    def loaded(self) -> list[str]:
+        return ["fake"] if self.default_loaded else []
 
 
 def frontend(name: str, early: bool = False, fails: bool = False) -> type[Frontend]:
