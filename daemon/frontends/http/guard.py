@@ -41,6 +41,8 @@ def client_of(request: web.Request) -> str:
 
 
 class Guard:
+    """One per HTTP frontend: its middleware, response hook, key check and budget."""
+
     def __init__(self, config: Config) -> None:
         self.allowed_origins = frozenset(config.http.allowed_origins)
         self.api_key = config.http.resolved_api_key()
@@ -63,7 +65,7 @@ class Guard:
                     "forbidden_origin",
                 )
             if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-                return web.Response(status=204, headers=_preflight_headers())
+                return web.Response(status=204, headers=_preflight_headers(request))
         if request.method == "POST" and self._json_body(request):
             await self._read_body(request)
         return await handler(request)
@@ -180,9 +182,11 @@ def _has_key(given: str, key: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
-def _preflight_headers() -> dict[str, str]:
+def _preflight_headers(request: web.Request) -> dict[str, str]:
+    """The answer to an allowed page's "may I?": these methods, the headers it asks for."""
+    asked = request.headers.get("Access-Control-Request-Headers", "Authorization, Content-Type")
     return {
         "Access-Control-Allow-Methods": "GET, POST",
-        "Access-Control-Allow-Headers": "Authorization, Content-Type",
+        "Access-Control-Allow-Headers": asked,
         "Access-Control-Max-Age": "600",
     }

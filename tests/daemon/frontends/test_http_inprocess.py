@@ -154,6 +154,15 @@ def test_per_client_rate_counts_accepted_speech_only(serve) -> None:
     serve(check, config=config)
 
 
+def test_the_cores_rate_limit_says_when_to_retry(serve) -> None:
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        assert (await client.post("/v1/say", json={"text": "Hi."})).status == 202
+        spent = await client.post("/v1/say", json={"text": "Again."})
+        assert spent.status == 429 and 55 <= int(spent.headers["Retry-After"]) <= 60
+
+    serve(check, rate_per_minute=1)
+
+
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
@@ -196,6 +205,7 @@ def test_too_many_streams_is_429(serve) -> None:
         await asyncio.sleep(0.05)  # the first holds the only stream slot
         second = await client.post("/v1/audio/speech", json={"input": "Hi."})
         assert second.status == 429 and (await second.json())["error"]["code"] == "busy"
+        assert second.headers["Retry-After"] == "1"  # when a stream ends is not known
         assert (await first).status == 200
 
     serve(check, synth=FakeSynth(unit_delay=0.1), max_streams=1)
