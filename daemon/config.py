@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,7 +133,21 @@ class HttpConfig(_Section):
     port: int = Field(8000, ge=1, le=65535)
     # Bearer API key in a file (relative: in $CREDENTIALS_DIRECTORY); None: no key asked
     api_key_file: Path | None = None
-    rate_per_minute: int = Field(120, ge=1)  # accepted requests per client address
+    rate_per_minute: int = Field(120, ge=1)  # accepted speech requests per client address
+    # Web pages (scheme://host[:port]) whose requests are served; any other Origin: 403
+    allowed_origins: tuple[str, ...] = ()
+    # A connection with no complete request head this long after it opened (or after
+    # its last response) is closed: half-sent headers (slow-loris) and idle keep-alive
+    header_timeout_s: float = Field(15.0, gt=0, le=3600)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        origins = tuple(origin.rstrip("/").lower() for origin in value)
+        for origin in origins:
+            if origin != "null" and not re.fullmatch(r"https?://[^/?#*\s]+", origin):
+                raise ValueError(f"{origin!r} is not an origin such as http://host:8123")
+        return origins
 
     def resolved_api_key(self) -> str | None:
         if self.api_key_file is None:
@@ -160,6 +175,9 @@ class LimitsConfig(_Section):
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
     max_streams: int = Field(8, ge=1, le=256)  # audio streamed to clients at once
     client_stall_s: float = Field(10.0, gt=0)  # a client reading nothing this long is cut off
+    # A request begun must be sent within this long: an HTTP JSON body, a Wyoming event
+    # (header line, data and payload); past it: 408 / an `error` and the connection closed
+    client_read_timeout_s: float = Field(10.0, gt=0, le=3600)
 
     @property
     def max_payload_bytes(self) -> int:

@@ -40,8 +40,11 @@ class Voice:
     language: str = "en_US"  # the config's language.code (BCP 47 with an underscore)
 
     def speaker_id(self, speaker: int | str | None) -> int | None:
-        """Resolve a speaker name or number; None for single-speaker voices."""
+        """Resolve a speaker name or number; None for single-speaker voices, whose one
+        speaker is 0 (a speaker a voice does not have is an error, never ignored)."""
         if self.num_speakers <= 1:
+            if speaker not in (None, 0, "0") and speaker not in self.speaker_id_map:
+                raise VoiceError(f"voice {self.name} has one speaker (0), not {speaker!r}")
             return None
         if speaker is None:
             return 0

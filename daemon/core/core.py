@@ -252,6 +252,7 @@ class Core:
                     raise Refused(
                         f"rate limit: more than {self.rate.per_minute} requests per minute",
                         utterance.id,
+                        retry_after=self.rate.retry_after(),
                     )
                 if to_client:
                     if len(self._clients) >= self.limits.max_streams:

@@ -25,19 +25,19 @@ class RateLimit:
         with self._lock:
             return len(self._recent(key)) < self.per_minute
 
+    def retry_after(self, key: Hashable = None) -> float:
+        """Seconds until one more request for `key` stays within the limit; 0: now."""
+        with self._lock:
+            times = self._recent(key)
+            if len(times) < self.per_minute:
+                return 0.0
+            # one more fits once all but per_minute - 1 of them have left the window
+            return max(0.001, times[-self.per_minute] + WINDOW_S - self._clock())
+
     def take(self, key: Hashable = None) -> None:
         """Count an accepted request for `key`."""
         with self._lock:
             self._recent(key).append(self._clock())
-
-    def try_take(self, key: Hashable = None) -> bool:
-        """Count a request for `key` if it stays within the limit; whether it did."""
-        with self._lock:
-            times = self._recent(key)
-            if len(times) >= self.per_minute:
-                return False
-            times.append(self._clock())
-            return True
 
     def _recent(self, key: Hashable) -> collections.deque[float]:
         """The key's times within the window (call with the lock held)."""

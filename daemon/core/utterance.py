@@ -130,9 +130,12 @@ class Utterance:
 class Refused(Exception):
     """A request the core will not take; str() is the reason the sender hears."""
 
-    def __init__(self, reason: str, request_id: str | None = None) -> None:
+    def __init__(
+        self, reason: str, request_id: str | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(reason)
         self.request_id = request_id
+        self.retry_after = retry_after  # a rate limit's wait in seconds; None: unknown
 
     @property
     def code(self) -> str:

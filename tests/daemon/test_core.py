@@ -196,8 +196,23 @@ def test_rate_budget_is_not_used_by_refusals(parts) -> None:
             core.submit(Ask(id=f"full{index}", text="Two."), sink)
     sink.wait("r1", "finished")
     core.submit(Ask(id="r2", text="Three."), sink)  # the third accepted: within budget
-    with pytest.raises(Refused, match="rate limit"):
+    with pytest.raises(Refused, match="rate limit") as refused:
         core.submit(Ask(id="r3", text="Four."), sink)
+    assert 50 < refused.value.retry_after <= 60  # when the first of the three leaves
+
+
+def test_rate_limit_says_when_one_more_fits() -> None:
+    from magpie_tts.daemon.core.rate import RateLimit
+
+    now = [1000.0]
+    rate = RateLimit(2, clock=lambda: now[0])
+    assert rate.retry_after("a") == 0
+    rate.take("a")
+    now[0] += 10
+    rate.take("a")
+    assert rate.retry_after("a") == pytest.approx(50) and rate.retry_after("b") == 0
+    now[0] += 50.5  # the first left the window
+    assert rate.retry_after("a") == 0 and rate.allows("a")
 
 
 def test_punctuation_only_stream_is_an_error(parts) -> None:

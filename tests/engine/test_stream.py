@@ -380,6 +380,14 @@ def test_unknown_voice_path_raises_voice_error(tmp_path) -> None:
         load_voice(tmp_path / "nope.onnx")
 
 
+@pytest.mark.parametrize("speaker", [999, 1, "1", "alice"])
+def test_a_speaker_a_single_speaker_voice_lacks_is_an_error(voice, speaker) -> None:
+    assert voice.num_speakers == 1
+    assert voice.speaker_id(None) is None and voice.speaker_id(0) is None
+    with pytest.raises(VoiceError, match="one speaker"):
+        voice.speaker_id(speaker)
+
+
 def test_corrupt_voice_model_raises_voice_error(tmp_path, voice, state_dir) -> None:
     from magpie_tts.engine import StreamingSynthesizer
     from magpie_tts.engine.stream.config import EngineConfig

@@ -12,17 +12,32 @@ OPENAI_VOICES = frozenset(
 )
 
 
+MAX_ID_CHARS = 128  # as MQTT
+
+
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str = "invalid_request") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str = "invalid_request",
+        headers: dict[str, str] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.headers = dict(headers or {})
+        if status == 429:  # when to try again: whole seconds, at least 1 (unknown: 1)
+            self.headers["Retry-After"] = str(max(1, math.ceil(retry_after or 1)))
 
 
-def error_response(status: int, message: str, code: str) -> web.Response:
+def error_response(
+    status: int, message: str, code: str, headers: dict[str, str] | None = None
+) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
     body = {"error": {"message": message, "type": kind, "code": code}}
-    return web.json_response(body, status=status)
+    return web.json_response(body, status=status, headers=headers)
 
 
 def no_constant(name: str) -> None:
@@ -69,12 +84,36 @@ def number_text(text: str, key: str) -> float:
         raise ApiError(400, f'"{key}" must be a number', "bad_request") from None
 
 
-def flag(data: dict[str, Any], key: str) -> bool:
+def flag(data: dict[str, Any], key: str, query: bool = False) -> bool:
+    """A JSON boolean (as MQTT); from a query string (`query`), also its spellings."""
     value = data.get(key, False)
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
-        return value.lower() in ("1", "true", "yes")  # a query string's spelling
+    if query and isinstance(value, str) and value.lower() in QUERY_FLAGS:
+        return value.lower() in ("1", "true", "yes")
     if not isinstance(value, bool):
         raise ApiError(400, f'"{key}" must be true or false', "bad_request")
+    return value
+
+
+QUERY_FLAGS = ("1", "true", "yes", "0", "false", "no")
+
+
+def request_id(data: dict[str, Any]) -> str | None:
+    """The client's own id: a string of 1..128 characters, refused otherwise (not cut)."""
+    value = data.get("id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+        raise ApiError(400, f'"id" must be a string of 1..{MAX_ID_CHARS} characters', "bad_request")
+    return value
+
+
+def speaker(data: dict[str, Any]) -> int | str | None:
+    """`speaker_id` (or `speaker`): a number or a name; whether the voice has it is the
+    core's check (400 `unknown-voice` otherwise)."""
+    key = "speaker_id" if data.get("speaker_id") is not None else "speaker"
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):
+        raise ApiError(400, f'"{key}" must be a number or a name', "bad_request")
     return value
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import hmac
 import json
 import logging
 import threading
@@ -27,7 +26,6 @@ from typing import Any
 from aiohttp import web
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.core import Core
-from magpie_tts.daemon.core.rate import RateLimit
 from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused
 from magpie_tts.daemon.metrics import CONTENT_TYPE
 
@@ -36,6 +34,7 @@ from ..loop_thread import LoopThread
 from . import fields
 from .audio import AudioResponse, OutcomeSink
 from .fields import OPENAI_VOICES, ApiError, error_response
+from .guard import Guard
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +47,11 @@ STATUS_OF = {  # Refused.code → HTTP status
 }
 
 
+def refusal(exc: Refused) -> ApiError:
+    """The core's refusal as an HTTP error (a 429 says when to try again)."""
+    return ApiError(STATUS_OF.get(exc.code, 400), str(exc), exc.code, retry_after=exc.retry_after)
+
+
 # -- the server ---------------------------------------------------------------------------
 
 
@@ -57,8 +61,7 @@ class HttpFrontend(Frontend):
 
     def __init__(self, config: Config, host: Host) -> None:
         super().__init__(config, host)
-        self.api_key = config.http.resolved_api_key()
-        self.rates = RateLimit(config.http.rate_per_minute)  # per client address
+        self.guard = Guard(config)  # origin, body type and time, key, per-client budget
         self._loop = LoopThread("magpie-http")
         self._runner: web.AppRunner | None = None
         self._requests = 0
@@ -73,7 +76,14 @@ class HttpFrontend(Frontend):
     def start(self) -> None:
         """Listen now (before the voice loads, so /health can say so)."""
         section = self.config.http
-        self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            handle_signals=False,
+            # aiohttp closes a connection with no complete request head this long after it
+            # opened or its last response ended: the header timeout (slow-loris), and idle
+            keepalive_timeout=section.header_timeout_s,
+        )
         self._loop.start(
             self._listen(section.host, section.port), f"HTTP {section.host}:{section.port}"
         )
@@ -83,8 +93,9 @@ class HttpFrontend(Frontend):
         """The routes (served by start, or by aiohttp's test server in-process)."""
         app = web.Application(
             client_max_size=self.config.limits.max_payload_bytes,
-            middlewares=[self._errors],
+            middlewares=[self._errors, self.guard.middleware],
         )
+        app.on_response_prepare.append(self.guard.cors_headers)
         app.add_routes(
             [
                 web.post("/v1/audio/speech", self.openai_speech),
@@ -119,15 +130,16 @@ class HttpFrontend(Frontend):
             return await handler(request)
         except ApiError as exc:
             self._count_refusal(exc.code)
-            log.warning("HTTP %s %s: %d %s", request.method, request.path, exc.status, exc)
-            return error_response(exc.status, str(exc), exc.code)
+            self.guard.log_refusal(request, exc)
+            return error_response(exc.status, str(exc), exc.code, exc.headers)
         except web.HTTPRequestEntityTooLarge:
             self._count_refusal("too-long")
             limit = self.config.limits.max_payload_bytes
             return error_response(413, f"request body over {limit} bytes", "too-long")
         except web.HTTPException as exc:
-            if exc.status >= 400:
-                return error_response(exc.status, exc.reason, "http_error")
+            if exc.status >= 400:  # 404, 405 (with its Allow), …
+                allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+                return error_response(exc.status, exc.reason, "http_error", allow)
             raise
 
     def _count_refusal(self, code: str) -> None:
@@ -138,17 +150,7 @@ class HttpFrontend(Frontend):
         """The core, once the daemon is ready and the request may use it."""
         if not self.host.ready:
             raise ApiError(503, "loading: the voice is not ready yet", "loading")
-        if self.api_key is not None:
-            given = request.headers.get("Authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.api_key.encode()
-            ):
-                raise ApiError(401, "missing or wrong API key (Authorization: Bearer …)", "auth")
-        client = request.remote or "?"
-        if not self.rates.try_take(client):
-            limit = self.config.http.rate_per_minute
-            raise ApiError(429, f"rate limit: more than {limit} requests per minute", "busy")
+        self.guard.authenticate(request)
         return self.host.core
 
     def _id(self, prefix: str) -> str:
@@ -204,12 +206,8 @@ class HttpFrontend(Frontend):
         else:
             options, streamed = await self._json(request), False
         fmt = fields.choice(options, "response_format", FORMATS, "wav")
-        stream = always_stream or fields.flag(options, "stream")
-        speaker = options.get("speaker_id", options.get("speaker"))
-        if speaker is not None and (
-            isinstance(speaker, bool) or not isinstance(speaker, (int, str))
-        ):
-            raise ApiError(400, "speaker_id must be a number or a name", "bad_request")
+        stream = always_stream or fields.flag(options, "stream", query=streamed)
+        speaker = fields.speaker(options)
         ask = Ask(
             id=self._id("http"),
             text="" if streamed else fields.string(options, "text", required=True),
@@ -233,12 +231,13 @@ class HttpFrontend(Frontend):
     ) -> web.StreamResponse:
         reply = AudioResponse(request, fmt, stream_format, self.config.limits.client_stall_s)
         try:
-            if text_body:
-                utterance = core.feed_stream(ask, "", False, reply, reply)
-            else:
-                utterance = core.submit(ask, reply, reply)
+            with self.guard.budget(request):
+                if text_body:
+                    utterance = core.feed_stream(ask, "", False, reply, reply)
+                else:
+                    utterance = core.submit(ask, reply, reply)
         except Refused as exc:
-            raise ApiError(STATUS_OF.get(exc.code, 400), str(exc), exc.code) from None
+            raise refusal(exc) from None
         reader = asyncio.ensure_future(self._feed_body(request, core, ask)) if text_body else None
         try:
             event = await reply.outcome
@@ -273,28 +272,28 @@ class HttpFrontend(Frontend):
         core = self._ready(request)
         data = await self._json(request)
         priority = fields.choice(data, "priority", tuple(PRIORITIES), "normal")
-        request_id = data.get("id")
-        if request_id is not None and (not isinstance(request_id, str) or not request_id):
-            raise ApiError(400, "id must be a non-empty string", "bad_request")
+        request_id = fields.request_id(data)
         volume = data.get("volume", 1.0)
         if not fields.finite(volume) or not 0.0 <= volume <= 2.0:
             raise ApiError(400, "volume must be a number in 0..2", "bad_request")
         ask = Ask(
-            id=request_id[:128] if request_id else self._id("http-say"),
+            id=request_id or self._id("http-say"),
             text=fields.string(data, "text", required=True),
             source="http-say",
             voice=fields.voice(fields.string(data, "voice")),
             speed=fields.speed(data),
             volume=float(volume),
             priority=priority,
-            cacheable=data.get("cache") is True,
+            cacheable=fields.flag(data, "cache"),
         )
+        wait = fields.flag(data, "wait")
         waiter = OutcomeSink(asyncio.get_running_loop())
         try:
-            core.submit(ask, waiter)
+            with self.guard.budget(request):
+                core.submit(ask, waiter)
         except Refused as exc:
-            raise ApiError(STATUS_OF.get(exc.code, 400), str(exc), exc.code) from None
-        if not fields.flag(data, "wait"):
+            raise refusal(exc) from None
+        if not wait:
             return web.json_response({"id": ask.id, "event": "queued"}, status=202)
         event = await waiter.outcome
         status = 200 if event.name == "finished" else (500 if event.name == "error" else 409)

@@ -3,8 +3,9 @@
 It only translates. Wyoming events become asks for the core; the core streams each
 utterance's audio back into this connection (an `AudioOut`) and reports its outcome
 through this connection (a `Sink`). The `wyoming` package does the event framing; this
-module adds what a server facing the network needs on top of it: a clear `error` for a
-malformed event instead of a silent hang-up, and bounds on what a client may send.
+module (with framing.py) adds what a server facing the network needs on top of it: a
+clear `error` for a malformed or unfinished event instead of a silent hang-up, and bounds
+on what a client may send and how long it may take.
 
 On the wire, per request:
 - `synthesize` → `audio-start`, `audio-chunk`s as they are decoded, `audio-stop`
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import socket
 from collections.abc import Callable
@@ -35,7 +35,6 @@ from magpie_tts.engine import VoiceSummary
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event as WyEvent
-from wyoming.event import async_read_event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import (
@@ -49,34 +48,14 @@ from wyoming.tts import (
 from ..backpressure import bound_send_buffer, deliver
 from ..base import Frontend, Host
 from ..loop_thread import LoopThread
+from .framing import BadFrame, read_event
 
 log = logging.getLogger(__name__)
 
 WIDTH, CHANNELS = 2, 1  # s16le mono, as the engine makes it
-HEADER_LIMIT = 64 * 1024  # asyncio's line limit: a longer header line is malformed
 ATTRIBUTION = Attribution(name="Magpie TTS", url="https://github.com/magpie-tts/magpie-tts")
 PIPER_ATTRIBUTION = Attribution(name="Piper voices", url="https://github.com/rhasspy/piper")
 _connections = itertools.count(1)
-
-
-class BadFrame(Exception):
-    """An event that cannot be read; the connection cannot be trusted past it."""
-
-
-class _Replay:
-    """A reader that hands back an already-read header line first, so the `wyoming`
-    package parses the event (data and payload framing) after we have vetted it."""
-
-    def __init__(self, line: bytes, reader: asyncio.StreamReader) -> None:
-        self._line: bytes | None = line
-        self._reader = reader
-
-    async def readline(self) -> bytes:
-        line, self._line = self._line, None
-        return line if line is not None else await self._reader.readline()
-
-    async def readexactly(self, count: int) -> bytes:
-        return await self._reader.readexactly(count)
 
 
 def build_info(voices: list[VoiceSummary], version: str) -> Info:
@@ -150,45 +129,20 @@ class WyomingConnection(AsyncEventHandler):
     async def run(self) -> None:
         try:
             while True:
-                event = await self._read_event()
+                event = await read_event(
+                    self.reader, self.server.max_event_bytes, self.server.read_timeout_s
+                )
                 if event is None or not await self.handle_event(event):
                     break
         except BadFrame as exc:
             log.warning("wyoming client %d: %s", self.number, exc)
-            self.core.refused("wyoming", "malformed-event")
-            await self._error(str(exc), "malformed-event")
+            self.core.refused("wyoming", exc.code)
+            await self._error(str(exc), exc.code)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             await self.disconnect()
             self.writer.close()
-
-    async def _read_event(self) -> WyEvent | None:
-        try:
-            line = await self.reader.readline()
-        except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
-            raise BadFrame(f"event header longer than {HEADER_LIMIT} bytes") from None
-        if not line:
-            return None
-        try:
-            header = json.loads(line)
-        except ValueError:
-            raise BadFrame("event header is not a JSON line") from None
-        limit = self.server.max_event_bytes
-        if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-            raise BadFrame('event header must be a JSON object with a string "type"')
-        if not isinstance(header.get("data", {}), dict):
-            raise BadFrame('event "data" must be a JSON object')
-        for key in ("data_length", "payload_length"):
-            value = header.get(key)
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit
-            ):
-                raise BadFrame(f"{key} must be an integer between 0 and {limit}")
-        event = await async_read_event(_Replay(line, self.reader))  # type: ignore[arg-type]
-        if event is None:
-            raise BadFrame("event data is not a JSON object in UTF-8")
-        return event
 
     async def disconnect(self) -> None:
         self._closed = True
@@ -388,6 +342,7 @@ class WyomingFrontend(Frontend):
         self.core = host.core
         self.stall_s = config.limits.client_stall_s
         self.max_event_bytes = config.limits.max_payload_bytes
+        self.read_timeout_s = config.limits.client_read_timeout_s
         self._loop = LoopThread("magpie-wyoming")
         self._server: AsyncTcpServer | None = None
         self._zeroconf: Any = None

@@ -282,6 +282,10 @@ BAD_REQUESTS = [
     ("/tts", json.dumps({"text": "Hi", "speaker_id": [1]}).encode(), 400, "bad_request"),
     ("/v1/say", json.dumps({"text": "Hi", "priority": "urgent"}).encode(), 400, "bad_request"),
     ("/v1/say", json.dumps({"text": "Hi", "volume": "loud"}).encode(), 400, "bad_request"),
+    # wrong values are refused, never cut or ignored (MQTT refuses them too)
+    ("/tts", json.dumps({"text": "Hi", "speaker_id": 999}).encode(), 400, "unknown-voice"),
+    ("/v1/say", json.dumps({"text": "Hi", "id": "x" * 200}).encode(), 400, "bad_request"),
+    ("/v1/say", json.dumps({"text": "Hi", "cache": "yes"}).encode(), 400, "bad_request"),
 ]
 
 

@@ -134,14 +134,69 @@ def test_api_key_is_asked_for(serve, tmp_path) -> None:
     serve(check, config=config)
 
 
-def test_per_client_rate_limit(serve) -> None:
+def test_per_client_rate_counts_accepted_speech_only(serve) -> None:
     config = Config.model_validate({"http": {"rate_per_minute": 2}})
 
     async def check(client: TestClient, _host: FakeHost) -> None:
-        codes = [(await client.get("/v1/models")).status for _ in range(3)]
-        assert codes == [200, 200, 429]
+        for path in ("/v1/models", "/v1/audio/voices", "/health", "/metrics") * 2:
+            assert (await client.get(path)).status == 200, path
+        for body in ({"input": 5}, {"input": "Hi.", "speed": 9}, {"input": "Hi.", "voice": "x"}):
+            assert (await client.post("/v1/audio/speech", json=body)).status == 400
+        say = await client.post("/v1/say", json={"text": "Hi.", "cache": "yes"})
+        assert say.status == 400
+        for _ in range(2):
+            assert (await client.post("/v1/say", json={"text": "Hi."})).status == 202
+        spent = await client.post("/v1/audio/speech", json={"input": "Hi."})
+        assert spent.status == 429 and (await spent.json())["error"]["code"] == "busy"
+        assert 1 <= int(spent.headers["Retry-After"]) <= 60
+        assert (await client.get("/v1/models")).status == 200  # information stays open
 
     serve(check, config=config)
+
+
+def test_the_cores_rate_limit_says_when_to_retry(serve) -> None:
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        assert (await client.post("/v1/say", json={"text": "Hi."})).status == 202
+        spent = await client.post("/v1/say", json={"text": "Again."})
+        assert spent.status == 429 and 55 <= int(spent.headers["Retry-After"]) <= 60
+
+    serve(check, rate_per_minute=1)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/say", {"text": "Hi.", "id": "x" * 129}, '"id"'),
+        ("/v1/say", {"text": "Hi.", "id": ""}, '"id"'),
+        ("/v1/say", {"text": "Hi.", "cache": "yes"}, '"cache"'),
+        ("/v1/say", {"text": "Hi.", "cache": 1}, '"cache"'),
+        ("/v1/say", {"text": "Hi.", "wait": "yes"}, '"wait"'),
+        ("/tts", {"text": "Hi.", "stream": "true"}, '"stream"'),
+        ("/tts", {"text": "Hi.", "speaker_id": None, "speaker": 5}, "speaker"),
+        ("/tts", {"text": "Hi.", "speaker_id": 1.5}, '"speaker_id"'),
+    ],
+)
+def test_wrong_field_values_are_refused_naming_the_field(serve, path, body, field) -> None:
+    """A value of the wrong type or out of range is a 400 that names the field, never
+    cut, coerced or ignored; nothing is queued for it."""
+    player = FakePlayer()
+
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        reply = await client.post(path, json=body)
+        error = (await reply.json())["error"]
+        assert reply.status == 400 and field in error["message"], error
+        assert (await client.post("/v1/say", json={"text": "Still here.", "wait": True})).ok
+
+    serve(check, player=player)
+    assert len(player.played) == 1  # only the last request was spoken
+
+
+def test_an_id_of_128_characters_is_kept_whole(serve) -> None:
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        reply = await client.post("/v1/say", json={"text": "Hi.", "id": "x" * 128})
+        assert reply.status == 202 and (await reply.json())["id"] == "x" * 128
+
+    serve(check)
 
 
 def test_too_many_streams_is_429(serve) -> None:
@@ -150,6 +205,7 @@ def test_too_many_streams_is_429(serve) -> None:
         await asyncio.sleep(0.05)  # the first holds the only stream slot
         second = await client.post("/v1/audio/speech", json={"input": "Hi."})
         assert second.status == 429 and (await second.json())["error"]["code"] == "busy"
+        assert second.headers["Retry-After"] == "1"  # when a stream ends is not known
         assert (await first).status == 200
 
     serve(check, synth=FakeSynth(unit_delay=0.1), max_streams=1)

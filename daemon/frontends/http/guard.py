@@ -1,0 +1,192 @@
+"""The HTTP frontend's gate, shared by every route: where a request may come from (its
+`Origin`), how its body must be declared and how long it may take to arrive, who may use
+the speech routes (the key, failed attempts limited per address), how often (a speech
+budget per address, counted on accepted requests only), and refusals logged without a
+flood.
+
+Why the Origin and content-type checks: the daemon serves no web pages, so a request that
+carries an `Origin` comes from a page somewhere else. A browser sends a cross-origin POST
+without asking first only when its body is a "simple" type (text/plain, a form): a page
+could make the speaker talk. JSON routes take only `application/json` (which a browser
+must ask about first, and nothing here says yes), and any `Origin` not listed in
+`http.allowed_origins` is refused, even one naming this host (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+from aiohttp import web
+from magpie_tts.daemon.config import Config
+from magpie_tts.daemon.core.rate import RateLimit
+
+from .fields import ApiError
+
+log = logging.getLogger(__name__)
+
+AUTH_FAILURES_PER_MINUTE = 10  # wrong keys from one address; past this: 429, key unchecked
+LOG_INTERVAL_S = 60.0  # one WARNING per client and kind of refusal per interval
+MAX_LOG_KEYS = 10_000
+TEXT_BODY_ROUTES = frozenset({"/tts", "/tts/stream"})  # text/plain: the streamed text itself
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def client_of(request: web.Request) -> str:
+    return request.remote or "?"
+
+
+class Guard:
+    """One per HTTP frontend: its middleware, response hook, key check and budget."""
+
+    def __init__(self, config: Config) -> None:
+        self.allowed_origins = frozenset(config.http.allowed_origins)
+        self.api_key = config.http.resolved_api_key()
+        self.read_timeout_s = config.limits.client_read_timeout_s
+        self.speech = RateLimit(config.http.rate_per_minute)  # per client address
+        self.failures = RateLimit(AUTH_FAILURES_PER_MINUTE)  # per client address
+        self._warned: dict[tuple[str, str], list[float]] = {}  # → [last warning, quieted]
+
+    # -- every request: origin, body type, body in time -------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            if origin.rstrip("/").lower() not in self.allowed_origins:
+                raise ApiError(
+                    403,
+                    f"requests from web pages ({origin[:80]!r}) are refused: "
+                    "list the origin in http.allowed_origins to allow it",
+                    "forbidden_origin",
+                )
+            if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+                return web.Response(status=204, headers=_preflight_headers(request))
+        if request.method == "POST" and self._json_body(request):
+            await self._read_body(request)
+        return await handler(request)
+
+    async def cors_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        """on_response_prepare: an allowed page may read the answer (errors included)."""
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.rstrip("/").lower() in self.allowed_origins:
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = "Retry-After, X-Sample-Rate"
+            response.headers["Vary"] = "Origin"
+
+    def _json_body(self, request: web.Request) -> bool:
+        """Whether the POST's body is JSON (to be read here); refused (415) unless it
+        is declared as JSON, or text/plain on the routes that take streamed text."""
+        kind = request.content_type
+        if kind == "application/json":
+            return True
+        if kind == "text/plain" and request.path in TEXT_BODY_ROUTES:
+            return False
+        if not request.body_exists and "Content-Type" not in request.headers:
+            return False  # no body at all (`/v1/stop`)
+        allowed = "application/json"
+        if request.path in TEXT_BODY_ROUTES:
+            allowed += " (or text/plain: the text itself)"
+        raise ApiError(
+            415, f"request body must be sent as Content-Type: {allowed}", "unsupported_media_type"
+        )
+
+    async def _read_body(self, request: web.Request) -> None:
+        """Read the whole body now (the handler's read() gets it), in bounded time."""
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                await request.read()
+        except TimeoutError:
+            raise ApiError(
+                408,
+                f"request body not received within {self.read_timeout_s:g} s "
+                "(limits.client_read_timeout_s)",
+                "timeout",
+            ) from None
+
+    # -- the key, and the speech budget ---------------------------------------------------------
+
+    def authenticate(self, request: web.Request) -> None:
+        """401 without the right bearer key; past a few failures a minute from one
+        address, 429 without even looking at the key (no guessing at speed)."""
+        if self.api_key is None:
+            return
+        client = client_of(request)
+        wait = self.failures.retry_after(client)
+        if wait > 0:
+            raise ApiError(
+                429,
+                f"too many failed authentications from {client}: try again later",
+                "auth_locked",
+                retry_after=wait,
+            )
+        if not _has_key(request.headers.get("Authorization", ""), self.api_key):
+            self.failures.take(client)
+            raise ApiError(
+                401,
+                "missing or wrong API key (Authorization: Bearer …)",
+                "auth",
+                headers={"WWW-Authenticate": 'Bearer realm="magpie-tts"'},
+            )
+
+    @contextlib.contextmanager
+    def budget(self, request: web.Request) -> Iterator[None]:
+        """Around one speech request's admission: 429 when the client's budget is
+        spent; the request is counted only if the block succeeds (the core took it)."""
+        client = client_of(request)
+        wait = self.speech.retry_after(client)
+        if wait > 0:
+            limit = self.speech.per_minute
+            raise ApiError(
+                429,
+                f"rate limit: more than {limit} speech requests per minute",
+                "busy",
+                retry_after=wait,
+            )
+        yield
+        self.speech.take(client)
+
+    # -- logging ------------------------------------------------------------------------------
+
+    def log_refusal(self, request: web.Request, exc: ApiError) -> None:
+        """One WARNING per client and kind a minute (with how many were quieted since);
+        the rest at DEBUG: a client hammering wrong requests does not flood the log."""
+        key = (client_of(request), exc.code)
+        now = time.monotonic()
+        seen = self._warned.get(key)
+        if seen is not None and now - seen[0] < LOG_INTERVAL_S:
+            seen[1] += 1
+            log.debug("HTTP %s %s: %d %s", request.method, request.path, exc.status, exc)
+            return
+        if len(self._warned) >= MAX_LOG_KEYS:
+            self._warned = {k: v for k, v in self._warned.items() if now - v[0] < LOG_INTERVAL_S}
+        quieted = f" ({seen[1]} more like it since the last warning)" if seen and seen[1] else ""
+        self._warned[key] = [now, 0]
+        log.warning(
+            "HTTP %s %s from %s: %d %s%s",
+            request.method,
+            request.path,
+            key[0],
+            exc.status,
+            exc,
+            quieted,
+        )
+
+
+def _has_key(given: str, key: str) -> bool:
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+def _preflight_headers(request: web.Request) -> dict[str, str]:
+    """The answer to an allowed page's "may I?": these methods, the headers it asks for."""
+    asked = request.headers.get("Access-Control-Request-Headers", "Authorization, Content-Type")
+    return {
+        "Access-Control-Allow-Methods": "GET, POST",
+        "Access-Control-Allow-Headers": asked,
+        "Access-Control-Max-Age": "600",
+    }
