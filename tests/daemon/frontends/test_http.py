@@ -90,6 +90,28 @@ def test_openai_speech_streams_a_wav_of_unknown_length(client, recognizer, tmp_p
     intelligible(recognizer, tmp_path, pcm, SENTENCE)
 
 
+def test_the_official_openai_sdk_streams_speech(http_daemon, recognizer, tmp_path) -> None:
+    """As an LLM app calls it: the official SDK's streaming response, wav and pcm."""
+    from openai import OpenAI
+
+    sdk = OpenAI(base_url=f"{http_daemon.url}/v1", api_key=KEY, max_retries=0, timeout=60)
+    text = "The front door is locked and the porch light is on."
+    with sdk.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=text, response_format="wav"
+    ) as response:
+        pieces = list(response.iter_bytes())
+    _rate, pcm, _declared = pcm_of_wav(b"".join(pieces))
+    intelligible(recognizer, tmp_path, pcm, text, "sdk.wav")
+    raw = sdk.audio.speech.create(
+        model="gpt-4o-mini-tts", voice="nova", input=text, response_format="pcm", speed=1.2
+    ).read()
+    assert len(raw) % 2 == 0 and len(raw) > 22050  # over half a second of 16-bit audio
+    wrong = OpenAI(base_url=f"{http_daemon.url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(Exception) as refused:
+        wrong.audio.speech.create(model="tts-1", voice="alloy", input=text)
+    assert getattr(refused.value, "status_code", None) == 401
+
+
 def test_openai_pcm_and_sse(client, recognizer, tmp_path) -> None:
     text = "Your timer for the pasta is done. Please drain the water now."
     pcm = client.post(
