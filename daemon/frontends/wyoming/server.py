@@ -31,12 +31,11 @@ from typing import Any
 import numpy as np
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance
-from magpie_tts.engine import VoiceSummary
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event as WyEvent
 from wyoming.event import async_read_event
-from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
+from wyoming.info import Describe, Info
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import (
     Synthesize,
@@ -49,13 +48,12 @@ from wyoming.tts import (
 from ..backpressure import bound_send_buffer, deliver
 from ..base import Frontend, Host
 from ..loop_thread import LoopThread
+from .info import build_info
 
 log = logging.getLogger(__name__)
 
 WIDTH, CHANNELS = 2, 1  # s16le mono, as the engine makes it
 HEADER_LIMIT = 64 * 1024  # asyncio's line limit: a longer header line is malformed
-ATTRIBUTION = Attribution(name="Magpie TTS", url="https://github.com/magpie-tts/magpie-tts")
-PIPER_ATTRIBUTION = Attribution(name="Piper voices", url="https://github.com/rhasspy/piper")
 _connections = itertools.count(1)
 
 
@@ -77,34 +75,6 @@ class _Replay:
 
     async def readexactly(self, count: int) -> bytes:
         return await self._reader.readexactly(count)
-
-
-def build_info(voices: list[VoiceSummary], version: str) -> Info:
-    return Info(
-        tts=[
-            TtsProgram(
-                name="magpie-tts",
-                attribution=ATTRIBUTION,
-                installed=True,
-                description="Magpie TTS: on-device streaming neural speech",
-                version=version,
-                supports_synthesize_streaming=True,
-                voices=[
-                    TtsVoice(
-                        name=voice.name,
-                        attribution=PIPER_ATTRIBUTION,
-                        installed=True,
-                        description=f"{voice.name} ({voice.language}"
-                        + (f", {voice.quality})" if voice.quality else ")"),
-                        version=None,
-                        languages=[voice.language],
-                        speakers=[TtsVoiceSpeaker(name=s) for s in voice.speakers] or None,
-                    )
-                    for voice in voices
-                ],
-            )
-        ]
-    )
 
 
 class ClientGone(Exception):
