@@ -28,6 +28,14 @@ from .payloads import (
 
 log = logging.getLogger(__name__)
 
+# A retained command would be spoken (or stop speech) again at every start, restart and
+# broker reconnect: commands count only as they are published.
+RETAINED = (
+    "retained message ignored: commands are taken only when published, not from the "
+    "broker's retained store; clear it with an empty retained message "
+    "(mosquitto_pub -r -n -t <topic>)"
+)
+
 
 class MqttFrontend(Frontend):
     name = "mqtt"
@@ -164,10 +172,22 @@ class MqttFrontend(Frontend):
                 self._recent.popitem(last=False)
         return False
 
-    def _on_message(self, topic: str, payload: bytes, arrived: float, dup: bool = False) -> None:
-        if self._duplicate(topic, payload, dup):
-            log.info("dropping redelivered duplicate on %s", topic)
-            return
+    def _ignore_retained(self, topic: str, payload: bytes, hermes: dict[str, Any] | None) -> None:
+        """A copy from the broker's retained store, handed over at each (re)subscribe: no
+        command. Answered at each delivery (every connect, while it stays retained)."""
+        given = hermes_context(payload).get("id")
+        self.core.refused("mqtt", "retained")
+        log.warning(
+            "ignored a retained message on %s (id=%s): commands count only as published; "
+            "clear it with an empty retained message",
+            topic,
+            given,
+        )
+        self._publish_error(RETAINED, topic, given, hermes)
+
+    def _on_message(
+        self, topic: str, payload: bytes, arrived: float, dup: bool = False, retained: bool = False
+    ) -> None:
         hermes = None
         if topic == self.topics.ha_status:
             if payload.strip() == b"online":  # HA restarted: it forgot non-retained state
@@ -178,6 +198,12 @@ class MqttFrontend(Frontend):
             if hermes.get("siteId", "default") != self.config.mqtt.site_id:
                 log.debug("hermes say for site %s ignored", hermes.get("siteId"))
                 return  # another site's traffic, valid or not, is not ours to answer
+        if retained:
+            self._ignore_retained(topic, payload, hermes)
+            return
+        if self._duplicate(topic, payload, dup):
+            log.info("dropping redelivered duplicate on %s", topic)
+            return
         limit = self.config.limits.max_payload_bytes
         try:
             if topic == self.topics.say:
