@@ -12,7 +12,10 @@ On the wire, per request:
 - `synthesize-start`, `synthesize-chunk`s, [`synthesize`, ignored], `synthesize-stop` →
   one `audio-start`, chunks from the first complete clause on (while text still
   arrives), `audio-stop`, then `synthesize-stopped`, which always ends the session
-  (an `error` before it when the session failed).
+  (an `error` before it when the session failed). A session that ends before
+  `synthesize-stop` (idle limit, failure, stop) is ended by the server: `synthesize-stopped`
+  comes at once and the connection serves the next request; a late `synthesize-stop` is
+  absorbed, late chunks are dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ log = logging.getLogger(__name__)
 WIDTH, CHANNELS = 2, 1  # s16le mono, as the engine makes it
 HEADER_LIMIT = 64 * 1024  # asyncio's line limit: a longer header line is malformed
 _connections = itertools.count(1)
+# The `error` code of a request that ends badly; `finished` carries an error only for a
+# stream that went idle without its end (limits.stream_idle_s): what came was spoken.
+OUTCOME_CODES = {"error": "synthesis-failed", "stopped": "stopped", "finished": "stream-idle"}
 
 
 class BadFrame(Exception):
@@ -90,6 +96,9 @@ class _Request:
     client_done: bool = False  # synthesize-stop came (a one-shot is done at once)
     concluded: bool = False  # its outcome has been written to the client
     audio_started: bool = False
+    # The server ended the session before synthesize-stop: until the client's stop (or
+    # its next request), its late chunks and stop belong to a session already answered.
+    server_ended: bool = False
 
     @property
     def over(self) -> bool:
@@ -232,6 +241,8 @@ class WyomingConnection(AsyncEventHandler):
 
     def _in_session(self, name: str) -> _Request:
         request = self._request
+        if request is not None and request.server_ended:
+            return request  # a late event of a session the server ended (the client was told)
         if request is None or not request.streamed or request.client_done:
             raise WyomingRefusal(
                 f"{name} outside a synthesize-start … synthesize-stop session", "no-session"
@@ -251,6 +262,9 @@ class WyomingConnection(AsyncEventHandler):
 
     async def _stream_stop(self) -> None:
         request = self._in_session("synthesize-stop")
+        if request.server_ended:  # answered already: synthesize-stopped went out at its end
+            request.server_ended = False
+            return
         request.client_done = True
         if request.concluded:
             await self._write_safely(SynthesizeStopped().event())
@@ -297,12 +311,13 @@ class WyomingConnection(AsyncEventHandler):
         if request is None or request.utterance is not utterance:
             return  # an older request's outcome on a connection that moved on
         request.concluded = True
+        if request.streamed and not request.client_done:  # ended before synthesize-stop
+            request.client_done = request.server_ended = True
         problem = event.fields.get("error")
         if event.name == "stopped":
             problem = f"stopped: {event.fields.get('reason', 'stopped')}"
         if problem:
-            code = {"error": "synthesis-failed", "stopped": "stopped"}.get(event.name, "warning")
-            await self._error(str(problem), code)
+            await self._error(str(problem), OUTCOME_CODES[event.name])
         if request.audio_started:
             await self._write_safely(AudioStop().event())
         if request.streamed and request.client_done:
