@@ -137,10 +137,15 @@ class MqttFrontend(Frontend):
         topic: str,
         request_id: str | None = None,
         hermes: dict[str, Any] | None = None,
+        code: str | None = None,
     ) -> None:
-        """One clear error per rejected input: error topic, journal, Hermes if it came so."""
-        self.core.refused("mqtt", Refused(reason).code)
-        log.warning("rejected message on %s (id=%s): %s", topic, request_id, reason)
+        """One clear error per rejected input: error topic, journal, Hermes if it came so.
+
+        The journal gets the kind of refusal and the id, never the reason: a reason may
+        quote a piece of the message, and spoken text stays out of the log."""
+        kind = code or Refused(reason).code
+        self.core.refused("mqtt", kind)
+        log.warning("rejected message on %s (id=%s): %s", topic, request_id, kind)
         self._publish_error(reason, topic, request_id, hermes)
 
     def _publish_error(
@@ -220,4 +225,4 @@ class MqttFrontend(Frontend):
             elif topic == self.topics.hermes_say:
                 self.core.submit(parse_hermes(payload, limit, arrived), self)
         except Refused as exc:
-            self.reject(str(exc), topic, exc.request_id, hermes)
+            self.reject(str(exc), topic, exc.request_id, hermes, exc.code)

@@ -196,7 +196,8 @@ class WyomingConnection(AsyncEventHandler):
                 raise WyomingRefusal(f"unknown event type {event.type[:40]!r}", "unknown-event")
         except WyomingRefusal as exc:
             self.core.refused("wyoming", exc.code)
-            log.warning("wyoming client %d: %s refused: %s", self.number, event.type[:40], exc)
+            # the kind only: the reason may quote the request's text
+            log.warning("wyoming client %d: request refused: %s", self.number, exc.code)
             await self._error(str(exc), exc.code)
         return True
 

@@ -187,3 +187,16 @@ def test_a_retained_command_is_ignored_with_one_error(mqtt, caplog, topic, paylo
     if topic.startswith("hermes/"):
         assert "retained" in link.on("hermes/error/tts")[0]["error"]
     assert "retained" in caplog.text and "Kitchen" not in caplog.text
+
+
+def test_refused_text_stays_out_of_the_log(mqtt, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    frontend, link = mqtt()
+    secret = '<note pin="4821-secret">Door code</note>'
+    receive(frontend, f"{BASE}/say", json.dumps({"id": "m1", "text": secret}))
+    receive(frontend, f"{BASE}/say/stream", json.dumps({"id": "m2", "text": secret}))
+    errors = link.on(f"{BASE}/error")
+    assert [e["id"] for e in errors] == ["m1", "m2"]
+    assert all("markup" in e["error"] and "4821" not in e["error"] for e in errors)
+    assert "bad-text" in caplog.text and "4821" not in caplog.text
+    assert "markup" not in caplog.text  # the kind of refusal, not the reason
