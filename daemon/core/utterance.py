@@ -96,7 +96,10 @@ class Utterance:
         """Tell the sink; a terminal event only once. False if it was already concluded."""
         with self._report_lock:
             if self.outcome is not None:
-                log.error("utterance %s already %s; dropping %s", self.id, self.outcome.name, event)
+                # names only: an event's fields may quote the request
+                log.error(
+                    "utterance %s already %s; dropping %s", self.id, self.outcome.name, event.name
+                )
                 return False
             if event.terminal:
                 self.outcome = event

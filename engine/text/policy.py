@@ -51,7 +51,11 @@ class TextPolicy:
                 raise TextError(f"text contains a control character (U+{ord(char):04X})")
         tag = _MARKUP.search(text) if self.reject_markup else None
         if tag:
-            raise TextError(f"markup is not supported ({tag[0][:40]!r}): send plain text")
+            # Where, not what: a reason reaches shared places (MQTT's error topic, clients'
+            # logs), and the tag may hold what the sender meant to keep (a PIN, a name).
+            where = " of the piece" if streamed_total is not None else ""
+            at = f"a tag at character {tag.start() + 1}{where}"
+            raise TextError(f"markup is not supported ({at}): send plain text")
         return text
 
     def units(self, text: str) -> list[str]:

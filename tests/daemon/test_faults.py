@@ -147,3 +147,50 @@ def test_an_exception_inside_synthesis_fails_only_that_utterance(
     finally:
         probe.close()
         daemon.stop()
+
+
+def test_retained_commands_are_ignored_at_start_and_after_a_broker_restart(
+    tmp_path, persistent_broker, prepared_state
+) -> None:
+    """A retained say (stream, stop, Hermes say) left on the broker is delivered again at
+    every subscribe: at start, at each restart and broker reconnect. It is no command:
+    nothing is queued or heard, each delivery gets one error, and live commands after it
+    are spoken."""
+    broker = persistent_broker  # keeps the retained messages across its restart
+    daemon = make_daemon(tmp_path / "d", broker.port, prepared_state)
+    base = daemon.base
+    stale = {
+        f"{base}/say": {"id": "stale-say", "text": "Kitchen timer done."},
+        f"{base}/say/stream": {"id": "stale-stream", "text": "Timer done.", "final": True},
+        f"{base}/stop": {"id": "stale-stop"},
+        "hermes/tts/say": {"id": "stale-hermes", "text": "Timer done.", "siteId": "default"},
+    }
+    for topic, message in stale.items():
+        publish(broker.port, topic, json.dumps(message), "-r")  # before the daemon starts
+    probe = Probe(broker.port, [f"{base}/#"])
+
+    def retained_errors(count: int) -> list:
+        return probe.wait(f"{base}/error", lambda e: "retained" in e["error"], count=count)
+
+    def spoken(request_id: str) -> None:
+        daemon.say(json.dumps({"id": request_id, "text": "Fresh news."}))
+        probe.wait(f"{base}/events", lambda e: e["id"] == request_id and e["event"] == "finished")
+
+    try:
+        daemon.start()
+        assert {e["topic"] for e in retained_errors(4)} == set(stale)
+        time.sleep(1.0)  # room for a retained say to be (wrongly) spoken
+        assert not daemon.recorded().any()  # the ALSA tap heard nothing
+        spoken("fresh-1")
+        assert daemon.recorded().any()
+        broker.stop(graceful=True)
+        time.sleep(1.0)
+        broker.start()  # the daemon reconnects and subscribes again: delivered again
+        probe.wait(f"{base}/status", lambda s: s.get("mqtt_reconnects", 0) >= 1, timeout=60)
+        assert len(retained_errors(8)) == 8  # once per delivery
+        spoken("fresh-2")
+        for message in stale.values():
+            assert probe.events(base, message["id"]) == [], message
+    finally:
+        probe.close()
+        daemon.stop()

@@ -154,13 +154,14 @@ class Guard:
 
     def log_refusal(self, request: web.Request, exc: ApiError) -> None:
         """One WARNING per client and kind a minute (with how many were quieted since);
-        the rest at DEBUG: a client hammering wrong requests does not flood the log."""
+        the rest at DEBUG: a client hammering wrong requests does not flood the log. The
+        kind (`code`), not the message: a message may quote the request (spoken text)."""
         key = (client_of(request), exc.code)
         now = time.monotonic()
         seen = self._warned.get(key)
         if seen is not None and now - seen[0] < LOG_INTERVAL_S:
             seen[1] += 1
-            log.debug("HTTP %s %s: %d %s", request.method, request.path, exc.status, exc)
+            log.debug("HTTP %s %s: %d %s", request.method, request.path, exc.status, exc.code)
             return
         if len(self._warned) >= MAX_LOG_KEYS:
             self._warned = {k: v for k, v in self._warned.items() if now - v[0] < LOG_INTERVAL_S}
@@ -172,7 +173,7 @@ class Guard:
             request.path,
             key[0],
             exc.status,
-            exc,
+            exc.code,
             quieted,
         )
 

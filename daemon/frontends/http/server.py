@@ -259,8 +259,10 @@ class HttpFrontend(Frontend):
                     core.feed_stream(ask, piece, False)
             core.feed_stream(ask, decoder.decode(b"", final=True), True)
             final = True
-        except (UnicodeDecodeError, Refused) as exc:
-            log.warning("HTTP streamed text refused: %s", exc)
+        except UnicodeDecodeError:
+            log.warning("HTTP streamed text of %s refused: not UTF-8", ask.id)
+        except Refused as exc:  # the kind only: the reason may quote the text
+            log.warning("HTTP streamed text of %s refused: %s", ask.id, exc.code)
         finally:
             if not final:  # a bad piece or a broken body: speak what came, then end
                 with contextlib.suppress(Refused):

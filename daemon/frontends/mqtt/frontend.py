@@ -28,6 +28,14 @@ from .payloads import (
 
 log = logging.getLogger(__name__)
 
+# A retained command would be spoken (or stop speech) again at every start, restart and
+# broker reconnect: commands count only as they are published.
+RETAINED = (
+    "retained message ignored: commands are taken only when published, not from the "
+    "broker's retained store; clear it with an empty retained message "
+    "(mosquitto_pub -r -n -t <topic>)"
+)
+
 
 class MqttFrontend(Frontend):
     name = "mqtt"
@@ -129,10 +137,15 @@ class MqttFrontend(Frontend):
         topic: str,
         request_id: str | None = None,
         hermes: dict[str, Any] | None = None,
+        code: str | None = None,
     ) -> None:
-        """One clear error per rejected input: error topic, journal, Hermes if it came so."""
-        self.core.refused("mqtt", Refused(reason).code)
-        log.warning("rejected message on %s (id=%s): %s", topic, request_id, reason)
+        """One clear error per rejected input: error topic, journal, Hermes if it came so.
+
+        The journal gets the kind of refusal and the id, never the reason: a reason may
+        quote a piece of the message, and spoken text stays out of the log."""
+        kind = code or Refused(reason).code
+        self.core.refused("mqtt", kind)
+        log.warning("rejected message on %s (id=%s): %s", topic, request_id, kind)
         self._publish_error(reason, topic, request_id, hermes)
 
     def _publish_error(
@@ -164,10 +177,22 @@ class MqttFrontend(Frontend):
                 self._recent.popitem(last=False)
         return False
 
-    def _on_message(self, topic: str, payload: bytes, arrived: float, dup: bool = False) -> None:
-        if self._duplicate(topic, payload, dup):
-            log.info("dropping redelivered duplicate on %s", topic)
-            return
+    def _ignore_retained(self, topic: str, payload: bytes, hermes: dict[str, Any] | None) -> None:
+        """A copy from the broker's retained store, handed over at each (re)subscribe: no
+        command. Answered at each delivery (every connect, while it stays retained)."""
+        given = hermes_context(payload).get("id")
+        self.core.refused("mqtt", "retained")
+        log.warning(
+            "ignored a retained message on %s (id=%s): commands count only as published; "
+            "clear it with an empty retained message",
+            topic,
+            given,
+        )
+        self._publish_error(RETAINED, topic, given, hermes)
+
+    def _on_message(
+        self, topic: str, payload: bytes, arrived: float, dup: bool = False, retained: bool = False
+    ) -> None:
         hermes = None
         if topic == self.topics.ha_status:
             if payload.strip() == b"online":  # HA restarted: it forgot non-retained state
@@ -178,6 +203,12 @@ class MqttFrontend(Frontend):
             if hermes.get("siteId", "default") != self.config.mqtt.site_id:
                 log.debug("hermes say for site %s ignored", hermes.get("siteId"))
                 return  # another site's traffic, valid or not, is not ours to answer
+        if retained:
+            self._ignore_retained(topic, payload, hermes)
+            return
+        if self._duplicate(topic, payload, dup):
+            log.info("dropping redelivered duplicate on %s", topic)
+            return
         limit = self.config.limits.max_payload_bytes
         try:
             if topic == self.topics.say:
@@ -194,4 +225,4 @@ class MqttFrontend(Frontend):
             elif topic == self.topics.hermes_say:
                 self.core.submit(parse_hermes(payload, limit, arrived), self)
         except Refused as exc:
-            self.reject(str(exc), topic, exc.request_id, hermes)
+            self.reject(str(exc), topic, exc.request_id, hermes, exc.code)

@@ -52,7 +52,7 @@ class MqttLink:
         self,
         config: MqttConfig,
         topics: Topics,
-        on_message: Callable[[str, bytes, float, bool], None],
+        on_message: Callable[[str, bytes, float, bool, bool], None],
         on_connected: Callable[[], None],
         offline_status: dict[str, Any],
     ) -> None:
@@ -134,8 +134,12 @@ class MqttLink:
 
     def _message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
         arrived = time.monotonic()
+        # `retain` is set only on a copy from the broker's retained store, sent at each
+        # (re)subscribe (MQTT 3.1.1 §3.3.1.3; in 5.0 too unless Retain As Published): a
+        # live message, or one queued for our session while we were away, comes without it.
+        flags = bool(message.dup), bool(message.retain)
         try:
-            self._on_message(message.topic, message.payload, arrived, bool(message.dup))
+            self._on_message(message.topic, message.payload, arrived, *flags)
         except Exception:  # a bug in one handler must not kill paho's network thread
             log.exception("error handling message on %s", message.topic)
 

@@ -182,7 +182,8 @@ def parse_hermes(payload: bytes, limit: int, arrived: float | None = None) -> As
 
 
 def hermes_context(payload: bytes) -> dict[str, Any]:
-    """Best-effort siteId/sessionId/id of a Hermes message (also a rejected one)."""
+    """Best-effort siteId/sessionId/id of a Hermes (or any JSON) message, also of one that
+    is refused unparsed."""
     try:
         data = json.loads(payload.decode("utf-8", "replace"))
     except (ValueError, RecursionError):

@@ -1,2 +1,2 @@
-"""Wyoming, Home Assistant's TTS protocol over TCP (server.py), advertised by zeroconf
-(mdns.py)."""
+"""Wyoming, Home Assistant's TTS protocol over TCP (server.py; its `info` event in
+info.py), advertised by zeroconf (mdns.py)."""

@@ -13,7 +13,10 @@ On the wire, per request:
 - `synthesize-start`, `synthesize-chunk`s, [`synthesize`, ignored], `synthesize-stop` →
   one `audio-start`, chunks from the first complete clause on (while text still
   arrives), `audio-stop`, then `synthesize-stopped`, which always ends the session
-  (an `error` before it when the session failed).
+  (an `error` before it when the session failed). A session that ends before
+  `synthesize-stop` (idle limit, failure, stop) is ended by the server: `synthesize-stopped`
+  comes at once and the connection serves the next request; a late `synthesize-stop` is
+  absorbed, late chunks are dropped.
 """
 
 from __future__ import annotations
@@ -31,11 +34,10 @@ from typing import Any
 import numpy as np
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance
-from magpie_tts.engine import VoiceSummary
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event as WyEvent
-from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
+from wyoming.info import Describe, Info
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import (
     Synthesize,
@@ -49,41 +51,15 @@ from ..backpressure import bound_send_buffer, deliver
 from ..base import Frontend, Host
 from ..loop_thread import LoopThread
 from .framing import BadFrame, read_event
+from .info import build_info
 
 log = logging.getLogger(__name__)
 
 WIDTH, CHANNELS = 2, 1  # s16le mono, as the engine makes it
-ATTRIBUTION = Attribution(name="Magpie TTS", url="https://github.com/magpie-tts/magpie-tts")
-PIPER_ATTRIBUTION = Attribution(name="Piper voices", url="https://github.com/rhasspy/piper")
 _connections = itertools.count(1)
-
-
-def build_info(voices: list[VoiceSummary], version: str) -> Info:
-    return Info(
-        tts=[
-            TtsProgram(
-                name="magpie-tts",
-                attribution=ATTRIBUTION,
-                installed=True,
-                description="Magpie TTS: on-device streaming neural speech",
-                version=version,
-                supports_synthesize_streaming=True,
-                voices=[
-                    TtsVoice(
-                        name=voice.name,
-                        attribution=PIPER_ATTRIBUTION,
-                        installed=True,
-                        description=f"{voice.name} ({voice.language}"
-                        + (f", {voice.quality})" if voice.quality else ")"),
-                        version=None,
-                        languages=[voice.language],
-                        speakers=[TtsVoiceSpeaker(name=s) for s in voice.speakers] or None,
-                    )
-                    for voice in voices
-                ],
-            )
-        ]
-    )
+# The `error` code of a request that ends badly; `finished` carries an error only for a
+# stream that went idle without its end (limits.stream_idle_s): what came was spoken.
+OUTCOME_CODES = {"error": "synthesis-failed", "stopped": "stopped", "finished": "stream-idle"}
 
 
 class ClientGone(Exception):
@@ -99,6 +75,9 @@ class _Request:
     client_done: bool = False  # synthesize-stop came (a one-shot is done at once)
     concluded: bool = False  # its outcome has been written to the client
     audio_started: bool = False
+    # The server ended the session before synthesize-stop: until the client's stop (or
+    # its next request), its late chunks and stop belong to a session already answered.
+    server_ended: bool = False
 
     @property
     def over(self) -> bool:
@@ -171,7 +150,8 @@ class WyomingConnection(AsyncEventHandler):
                 raise WyomingRefusal(f"unknown event type {event.type[:40]!r}", "unknown-event")
         except WyomingRefusal as exc:
             self.core.refused("wyoming", exc.code)
-            log.warning("wyoming client %d: %s refused: %s", self.number, event.type[:40], exc)
+            # the kind only: the reason may quote the request's text
+            log.warning("wyoming client %d: request refused: %s", self.number, exc.code)
             await self._error(str(exc), exc.code)
         return True
 
@@ -216,6 +196,8 @@ class WyomingConnection(AsyncEventHandler):
 
     def _in_session(self, name: str) -> _Request:
         request = self._request
+        if request is not None and request.server_ended:
+            return request  # a late event of a session the server ended (the client was told)
         if request is None or not request.streamed or request.client_done:
             raise WyomingRefusal(
                 f"{name} outside a synthesize-start … synthesize-stop session", "no-session"
@@ -235,6 +217,9 @@ class WyomingConnection(AsyncEventHandler):
 
     async def _stream_stop(self) -> None:
         request = self._in_session("synthesize-stop")
+        if request.server_ended:  # answered already: synthesize-stopped went out at its end
+            request.server_ended = False
+            return
         request.client_done = True
         if request.concluded:
             await self._write_safely(SynthesizeStopped().event())
@@ -281,13 +266,13 @@ class WyomingConnection(AsyncEventHandler):
         if request is None or request.utterance is not utterance:
             return  # an older request's outcome on a connection that moved on
         request.concluded = True
+        if request.streamed and not request.client_done:  # ended before synthesize-stop
+            request.client_done = request.server_ended = True
         problem = event.fields.get("error")
         if event.name == "stopped":
             problem = f"stopped: {event.fields.get('reason', 'stopped')}"
         if problem:
-            code = event.fields.get("code") or (
-                {"error": "synthesis-failed", "stopped": "stopped"}.get(event.name, "warning")
-            )
+            code = event.fields.get("code") or OUTCOME_CODES[event.name]
             await self._error(str(problem), code)
         if request.audio_started:
             await self._write_safely(AudioStop().event())

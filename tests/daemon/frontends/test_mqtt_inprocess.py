@@ -5,6 +5,7 @@ payloads in, events, errors and status out, in milliseconds. The end-to-end test
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -78,9 +79,11 @@ def frontend_monitor(frontend: MqttFrontend) -> Any:
     return Monitor()
 
 
-def receive(frontend: MqttFrontend, topic: str, payload: bytes | str, dup: bool = False) -> None:
+def receive(
+    frontend: MqttFrontend, topic: str, payload: bytes | str, dup: bool = False, **flags: bool
+) -> None:
     data = payload.encode() if isinstance(payload, str) else payload
-    frontend._on_message(topic, data, time.monotonic(), dup)
+    frontend._on_message(topic, data, time.monotonic(), dup, **flags)
 
 
 def events_of(link: RecordingLink, request_id: str) -> list[str]:
@@ -156,3 +159,44 @@ def test_an_audio_problem_is_published_with_the_status(mqtt) -> None:
     (error,) = link.on(f"{BASE}/error")
     assert error["topic"] == "audio" and "hw:9" in error["error"]
     assert link.on(f"{BASE}/status")
+
+
+@pytest.mark.parametrize(
+    ("topic", "payload"),
+    [
+        (f"{BASE}/say", '{"id": "r1", "text": "Kitchen timer done."}'),
+        (f"{BASE}/say/stream", '{"id": "r1", "text": "Kitchen timer done.", "final": true}'),
+        (f"{BASE}/stop", "{}"),
+        ("hermes/tts/say", '{"id": "r1", "text": "Kitchen timer.", "siteId": "default"}'),
+    ],
+)
+def test_a_retained_command_is_ignored_with_one_error(mqtt, caplog, topic, payload) -> None:
+    """A copy from the broker's retained store (each (re)subscribe) is no command: never
+    spoken, never stopping speech; one error per delivery says so, the log names no text."""
+    caplog.set_level(logging.INFO)
+    synth = FakeSynth(unit_delay=0.2)
+    frontend, link = mqtt(synth=synth)
+    receive(frontend, f"{BASE}/say", json.dumps({"id": "live", "text": "Live one."}))
+    link.wait(f"{BASE}/events", lambda e: e["id"] == "live" and e["event"] == "started")
+    receive(frontend, topic, payload, retained=True)
+    (error,) = link.on(f"{BASE}/error")
+    assert error["topic"] == topic and "retained" in error["error"]
+    assert [e["event"] for e in link.on(f"{BASE}/events") if e["id"] == "r1"] == []
+    link.wait(f"{BASE}/events", lambda e: e["id"] == "live" and e["event"] == "finished")
+    assert synth.spoken == ["Live one."]  # the retained stop stopped nothing either
+    if topic.startswith("hermes/"):
+        assert "retained" in link.on("hermes/error/tts")[0]["error"]
+    assert "retained" in caplog.text and "Kitchen" not in caplog.text
+
+
+def test_refused_text_stays_out_of_the_log(mqtt, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    frontend, link = mqtt()
+    secret = '<note pin="4821-secret">Door code</note>'
+    receive(frontend, f"{BASE}/say", json.dumps({"id": "m1", "text": secret}))
+    receive(frontend, f"{BASE}/say/stream", json.dumps({"id": "m2", "text": secret}))
+    errors = link.on(f"{BASE}/error")
+    assert [e["id"] for e in errors] == ["m1", "m2"]
+    assert all("markup" in e["error"] and "4821" not in e["error"] for e in errors)
+    assert "bad-text" in caplog.text and "4821" not in caplog.text
+    assert "markup" not in caplog.text  # the kind of refusal, not the reason

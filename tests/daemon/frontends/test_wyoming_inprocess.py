@@ -160,3 +160,43 @@ def test_one_request_at_a_time_per_connection(connect) -> None:
         assert [e.data["code"] for e in errors] == ["busy"]
 
     connect(check, synth=FakeSynth(unit_delay=0.05))
+
+
+def test_a_session_ended_at_the_idle_limit_frees_the_connection_at_once(connect) -> None:
+    """The server ends a session that went idle (limits.stream_idle_s): an `error` coded
+    `stream-idle`, `audio-stop`, `synthesize-stopped` without waiting for the client's
+    stop; the next one-shot and the next session are served at once, a late stop is
+    absorbed and late chunks dropped."""
+
+    async def check(client: Client) -> None:
+        await client.send(SynthesizeStart().event())
+        await client.send(SynthesizeChunk(text="The first part. And then").event())
+        ended = await client.until("synthesize-stopped")  # no synthesize-stop sent
+        errors = [e.data for e in ended if e.type == "error"]
+        assert [e["code"] for e in errors] == ["stream-idle"] and errors[0]["text"]
+        assert [e.type for e in ended][-2:] == ["audio-stop", "synthesize-stopped"]
+        await client.send(Synthesize(text="Right away.").event())
+        assert (await client.until("audio-stop"))[0].type == "audio-start"
+        await client.send(SynthesizeStart().event())
+        await client.send(SynthesizeChunk(text="A new session.").event())
+        await client.send(SynthesizeStop().event())
+        again = [e.type for e in await client.until("synthesize-stopped")]
+        assert "error" not in again and again[-2:] == ["audio-stop", "synthesize-stopped"]
+
+    connect(check, stream_idle_s=0.3)
+
+
+def test_late_events_of_a_session_the_server_ended_are_absorbed(connect) -> None:
+    async def check(client: Client) -> None:
+        await client.send(SynthesizeStart().event())
+        await client.send(SynthesizeChunk(text="Only this.").event())
+        await client.until("synthesize-stopped")
+        await client.send(SynthesizeChunk(text="Too late.").event())  # dropped
+        await client.send(SynthesizeStop().event())  # answered already: absorbed
+        await client.send(Synthesize(text="Next.").event())
+        events = await client.until("audio-stop")
+        assert events[0].type == "audio-start"  # no error, no second synthesize-stopped
+        await client.send(SynthesizeStop().event())  # now there is no session to stop
+        assert (await client.read()).data["code"] == "no-session"
+
+    connect(check, stream_idle_s=0.3)
