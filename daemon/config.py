@@ -130,6 +130,9 @@ class HttpConfig(_Section):
     # Bearer API key in a file (relative: in $CREDENTIALS_DIRECTORY); None: no key asked
     api_key_file: Path | None = None
     rate_per_minute: int = Field(120, ge=1)  # accepted requests per client address
+    # A whole file (a WAV states its length first) is kept in memory until it is made:
+    # longer audio is refused (413) in favour of a stream. 600 s: 26 MB at 22.05 kHz.
+    max_file_audio_s: float = Field(600.0, gt=0)
 
     def resolved_api_key(self) -> str | None:
         if self.api_key_file is None:
@@ -153,9 +156,11 @@ def _read_secret(path: Path, key: str) -> str:
 class LimitsConfig(_Section):
     max_text_chars: int = Field(DEFAULT_MAX_TEXT_CHARS, ge=16, le=1_000_000)
     max_queue: int = Field(32, ge=1, le=10_000)
-    rate_per_minute: int = Field(120, ge=1)
+    rate_per_minute: int = Field(120, ge=1)  # accepted requests per frontend
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
-    max_streams: int = Field(8, ge=1, le=256)  # audio streamed to clients at once
+    max_streams: int = Field(8, ge=1, le=256)  # client streams making audio at once
+    # client streams (Wyoming sessions, HTTP text bodies) waiting for text, per frontend
+    max_waiting_streams: int = Field(16, ge=1, le=4096)
     client_stall_s: float = Field(10.0, gt=0)  # a client reading nothing this long is cut off
 
     @property

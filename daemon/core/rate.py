@@ -1,6 +1,7 @@
 """One rate limit: at most `per_minute` accepted requests in any sliding 60 s window,
-for the daemon as a whole (the core, one key) or per client (the HTTP frontend, keyed
-by address). Only accepted requests count: a refused one costs no budget."""
+per key: the core keys it by frontend (one frontend cannot use up another's budget),
+the HTTP frontend by client address. Only accepted requests count: a refused one costs
+no budget."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ class RateLimit:
                 return False
             times.append(self._clock())
             return True
+
+    def retry_after(self, key: Hashable = None) -> float:
+        """Seconds until `key` may have one more request (0: now)."""
+        with self._lock:
+            times = self._recent(key)
+            if len(times) < self.per_minute:
+                return 0.0
+            return max(0.0, WINDOW_S - (self._clock() - times[-self.per_minute]))
 
     def _recent(self, key: Hashable) -> collections.deque[float]:
         """The key's times within the window (call with the lock held)."""
