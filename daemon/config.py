@@ -139,6 +139,9 @@ class HttpConfig(_Section):
     # A connection with no complete request head this long after it opened (or after
     # its last response) is closed: half-sent headers (slow-loris) and idle keep-alive
     header_timeout_s: float = Field(15.0, gt=0, le=3600)
+    # A whole file (a WAV states its length first) is kept in memory until it is made:
+    # longer audio is refused (413) in favour of a stream. 600 s: 26 MB at 22.05 kHz.
+    max_file_audio_s: float = Field(600.0, gt=0)
 
     @field_validator("allowed_origins")
     @classmethod
@@ -171,9 +174,11 @@ def _read_secret(path: Path, key: str) -> str:
 class LimitsConfig(_Section):
     max_text_chars: int = Field(DEFAULT_MAX_TEXT_CHARS, ge=16, le=1_000_000)
     max_queue: int = Field(32, ge=1, le=10_000)
-    rate_per_minute: int = Field(120, ge=1)
+    rate_per_minute: int = Field(120, ge=1)  # accepted requests per frontend
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
-    max_streams: int = Field(8, ge=1, le=256)  # audio streamed to clients at once
+    max_streams: int = Field(8, ge=1, le=256)  # client streams making audio at once
+    # client streams (Wyoming sessions, HTTP text bodies) waiting for text, per frontend
+    max_waiting_streams: int = Field(16, ge=1, le=4096)
     client_stall_s: float = Field(10.0, gt=0)  # a client reading nothing this long is cut off
     # A request begun must be sent within this long: an HTTP JSON body, a Wyoming event
     # (header line, data and payload); past it: 408 / an `error` and the connection closed

@@ -13,17 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from .core.utterance import Event, Utterance
 
-__all__ = ["CONTENT_TYPE", "Metrics", "frontend_of"]
+__all__ = ["CONTENT_TYPE", "Metrics"]
 
 FIRST_AUDIO_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
-
-
-def frontend_of(source: str) -> str:
-    """Which frontend an ask came from (its `source`)."""
-    if source in ("say", "stream", "hermes"):
-        return "mqtt"
-    return source.split("-", 1)[0]  # wyoming, wyoming-stream, http, http-say, local
 
 
 class Metrics:
@@ -70,7 +63,7 @@ class Metrics:
         self.errors.labels(frontend, kind).inc()
 
     def observe(self, utterance: Utterance, event: Event) -> None:
-        frontend = frontend_of(utterance.ask.source)
+        frontend = utterance.ask.frontend
         fields = event.fields
         # (a resume after an alert is not a first start)
         if (

@@ -49,7 +49,11 @@ class Service:
             self.player,
             text_policy(config),
             CoreLimits(
-                limits.max_queue, limits.rate_per_minute, limits.stream_idle_s, limits.max_streams
+                limits.max_queue,
+                limits.rate_per_minute,
+                limits.stream_idle_s,
+                limits.max_streams,
+                limits.max_waiting_streams,
             ),
             monitor=self,
             on_refused=self.metrics.refused,

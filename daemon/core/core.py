@@ -1,15 +1,21 @@
 """The frontend-neutral core: each utterance's lifecycle, from acceptance to one outcome.
 
 Frontends (MQTT + Hermes, Wyoming, HTTP) turn their messages into an `Ask` and call
-`submit`, `feed_stream` or `stop`; they hear back through the `Sink` they passed. The
-core owns admission (ids, rate, queue, stream slots), priorities and pre-emption, stop,
-and concludes every accepted utterance in one place (`conclude`), which emits its one
-terminal event.
+`submit`, `feed_stream`, `stop` or `cancel`; they hear back through the `Sink` they
+passed. The core owns admission (ids, rate, queue, stream slots), priorities and
+pre-emption, stop, and concludes every accepted utterance in one place (`conclude`),
+which emits its one terminal event.
 
 An utterance is spoken on the speaker (the worker in speaker.py), or, when the frontend
 passes an `AudioOut`, streamed to a client (a Wyoming or HTTP connection): same
-admission, ids, stop and events, but it bypasses the speaker queue and runs at once on
-a client thread, up to `max_streams` at a time.
+admission, ids and events, but it bypasses the speaker queue and runs at once on a
+client thread, holding a synthesis slot while it makes audio (slots.py).
+
+Who may end what: `stop` (a stop-all, or a stop by id, from MQTT or HTTP) reaches only
+the speaker's utterances; a client-bound utterance is its connection's alone, ended by
+`cancel` from the frontend that holds it (the client left or sent a bad piece), or by
+shutdown. Ids live in one namespace per frontend, and those the daemon makes are random
+(`new_id`): no client can guess, squat on or stop another's request.
 
 Threads and what they own:
 - frontend threads (paho's network thread, the Wyoming/HTTP event loops) call
@@ -20,10 +26,10 @@ Threads and what they own:
 - the player thread writes to ALSA and reports the first frame;
 - one client thread ("magpie-client") per client-bound utterance synthesizes it into
   its AudioOut and concludes it; it owns that utterance's cursor and outcome.
-`lock` guards the queue membership, the speaker's current utterance and playback, the
-client set and the live-id map. Nothing outside the core (a sink, the player, the
-engine) is called while it is held: methods decide under the lock and act after
-releasing it.
+`lock` guards the queue membership, the speaker's current utterance and playback and
+the live-id map (the slots have a lock of their own, taken after it). Nothing outside
+the core (a sink, the player, the engine) is called while it is held: methods decide
+under the lock and act after releasing it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from magpie_tts.engine import CLIENT, EngineError, SynthesisOptions, TextPolicy,
 from ..player import Playback
 from .queue import UtteranceQueue
 from .rate import RateLimit
+from .slots import StreamSlots
 from .speaker import NOTHING_SPEAKABLE, Speaker
 from .stats import RollingStats, Tally
 from .utterance import (
@@ -52,6 +59,7 @@ from .utterance import (
     Refused,
     Sink,
     Utterance,
+    new_id,
 )
 
 log = logging.getLogger(__name__)
@@ -75,9 +83,10 @@ class RegistryPort(Protocol):
 @dataclass(frozen=True)
 class CoreLimits:
     max_queue: int = 32
-    rate_per_minute: int = 120
+    rate_per_minute: int = 120  # accepted requests per frontend
     stream_idle_s: float = 30.0
     max_streams: int = 8  # client-bound utterances synthesizing at once
+    max_waiting_streams: int = 16  # client-bound streams waiting for text, per frontend
 
 
 class Core:
@@ -99,11 +108,11 @@ class Core:
         self.clock = clock
         self._on_refused = on_refused
         self.queue = UtteranceQueue(limits.max_queue)
-        self.rate = RateLimit(limits.rate_per_minute, clock)
+        self.rate = RateLimit(limits.rate_per_minute, clock)  # keyed by frontend
         self.stats = RollingStats()  # the speaker's utterances
         self.client_stats = RollingStats()  # client-bound utterances (first chunk out)
-        self._clients: set[Utterance] = set()
-        self._live: dict[str, Utterance] = {}
+        self.slots = StreamSlots(limits.max_streams, limits.max_waiting_streams)
+        self._live: dict[tuple[str, str], Utterance] = {}  # by Ask.key
         self.lock = threading.Lock()
         self._stopping = threading.Event()
         self.fail_marker: str | None = None  # tests: text containing it fails in synthesis
@@ -117,11 +126,13 @@ class Core:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Take no more work; stop what plays and conclude everything queued."""
         self._stopping.set()
-        self.stop(None, reason="shutdown")
+        with self.lock:
+            everything = list(self._live.values())  # client-bound utterances too
+        self._halt(everything, "shutdown")
         self.queue.close()
         deadline = time.monotonic() + timeout
         self.speaker.join(timeout)
-        while self._clients and time.monotonic() < deadline:  # client threads conclude
+        while self.slots and time.monotonic() < deadline:  # client threads conclude
             time.sleep(0.01)
 
     @property
@@ -143,7 +154,7 @@ class Core:
 
     @property
     def active_streams(self) -> int:
-        return len(self._clients)
+        return len(self.slots)
 
     # -- frontends call these -----------------------------------------------------------
 
@@ -175,7 +186,7 @@ class Core:
         over, the id may start a new one.
         """
         with self.lock:
-            utterance = self._live.get(ask.id)
+            utterance = self._live.get(ask.key)
         if utterance is not None and utterance.stream is None:
             raise Refused(
                 f"request id {ask.id!r} is in use by a request that is not a stream", ask.id
@@ -192,23 +203,52 @@ class Core:
                 ask, sink or NullSink(), stream=self.policy.stream(self.clock), audio_out=audio_out
             )
             self._admit(utterance)
+        try:
+            self.feed(utterance, text, final)
+        except Refused:
+            assert utterance.stream is not None
+            utterance.stream.finish()  # a bad piece ends the stream; what came before is spoken
+            raise
+        return utterance
+
+    def feed(self, utterance: Utterance, text: str, final: bool) -> None:
+        """The next piece of a stream its frontend holds (it never opens another). A piece
+        that cannot be spoken is refused and leaves the stream as it was, for the caller
+        to end (`cancel`) or finish."""
         stream = utterance.stream
-        assert stream is not None
+        if stream is None or stream.closed:
+            raise Refused(f"stream {utterance.id!r} has ended", utterance.id)
         try:
             if text:
                 stream.feed(text)
         except EngineError as exc:
-            stream.finish()  # a bad piece ends the stream; what came before is spoken
-            raise Refused(str(exc), ask.id) from None
-        finally:
-            if final:
-                stream.finish()
-        return utterance
+            raise Refused(str(exc), utterance.id) from None
+        if final:
+            stream.finish()
 
-    def stop(self, request_id: str | None, reason: str = "stop requested") -> int:
-        """Barge-in: stop the utterance with this id, or everything; how many matched."""
+    def stop(
+        self, frontend: str, request_id: str | None = None, reason: str = "stop requested"
+    ) -> int:
+        """Barge-in on the speaker: everything queued or playing, or the utterance with
+        this id in `frontend`'s namespace; how many matched. Client-bound streams are
+        never reached: they are their connections' (see `cancel`)."""
         with self.lock:
-            matched = [u for u in self._live.values() if request_id is None or u.id == request_id]
+            matched = [
+                u
+                for u in self._live.values()
+                if u.audio_out is None
+                and (request_id is None or u.ask.key == (frontend, request_id))
+            ]
+        return self._halt(matched, reason)
+
+    def cancel(self, utterance: Utterance, reason: str) -> None:
+        """The frontend that holds this utterance ends it (its client left, or sent a
+        piece that cannot be spoken)."""
+        self._halt([utterance], reason)
+
+    def _halt(self, utterances: list[Utterance], reason: str) -> int:
+        with self.lock:
+            matched = [u for u in utterances if self._live.get(u.ask.key) is u]
             for utterance in matched:
                 utterance.stop_reason = reason  # wins over a pending resume
             queued = self.queue.remove(lambda u: u in matched)
@@ -228,7 +268,7 @@ class Core:
 
     def say_local(self, text: str, priority: str = "normal") -> Utterance:
         """Speak text from inside the daemon (audible self-test)."""
-        ask = Ask(id=f"local-{time.monotonic_ns()}", text=text, source="local", priority=priority)
+        ask = Ask(id=new_id("local"), text=text, source="local", priority=priority)
         return self.submit(ask)
 
     # -- admission ----------------------------------------------------------------------
@@ -244,27 +284,23 @@ class Core:
             raise Refused("daemon is shutting down", utterance.id)
         to_client = utterance.audio_out is not None
         preempt = playback = None
+        key = utterance.ask.key
         with utterance.ordered():
             with self.lock:
-                if utterance.id in self._live:
+                if key in self._live:
                     raise Refused(f"request id {utterance.id!r} is already queued", utterance.id)
-                if not self.rate.allows():
+                if not self.rate.allows(key[0]):  # each frontend has its own budget
                     raise Refused(
                         f"rate limit: more than {self.rate.per_minute} requests per minute",
                         utterance.id,
-                        retry_after=self.rate.retry_after(),
+                        retry_after=self.rate.retry_after(key[0]),
                     )
                 if to_client:
-                    if len(self._clients) >= self.limits.max_streams:
-                        raise Refused(
-                            f"too many streams at once (limit {self.limits.max_streams})",
-                            utterance.id,
-                        )
-                    self._clients.add(utterance)
+                    self.slots.admit(utterance)  # raises Refused when none is free
                 else:
                     self.queue.put(utterance)  # raises Refused when full
-                self.rate.take()  # only accepted requests use the budget
-                self._live[utterance.id] = utterance
+                self.rate.take(key[0])  # only accepted requests use the budget
+                self._live[key] = utterance
                 depth = len(self.queue)
                 if not to_client:
                     preempt = self._preemption(utterance)
@@ -296,6 +332,8 @@ class Core:
         utterance.stop.stop()
         if utterance.stream is not None:
             utterance.stream.wake()
+        if utterance.audio_out is not None:
+            self.slots.wake()  # it may be waiting for a slot
         if playback is not None:
             self.player.cancel(playback)
 
@@ -325,6 +363,8 @@ class Core:
         synth = self.registry.get(ask.voice)
         rate = synth.voice.sample_rate
         units = utterance.pending_units(self.limits.stream_idle_s, lambda: utterance.stop.stopped)
+        if utterance.stream is not None:
+            units = self.slots.paced(utterance, units)  # a slot only while making audio
         chunks = synth.stream_clauses(
             units,
             SynthesisOptions(speed=ask.speed, speaker=ask.speaker),
@@ -371,9 +411,10 @@ class Core:
 
     def conclude(self, utterance: Utterance, outcome: str, **fields: Any) -> None:
         with self.lock:
-            if self._live.get(utterance.id) is utterance:
-                del self._live[utterance.id]
-            self._clients.discard(utterance)
+            if self._live.get(utterance.ask.key) is utterance:
+                del self._live[utterance.ask.key]
+        if utterance.audio_out is not None:
+            self.slots.close(utterance)
         if utterance.stream is not None:
             utterance.stream.finish()
         stats = self.client_stats if utterance.audio_out is not None else self.stats

@@ -1,6 +1,7 @@
 """One rate limit: at most `per_minute` accepted requests in any sliding 60 s window,
-for the daemon as a whole (the core, one key) or per client (the HTTP frontend, keyed
-by address). Only accepted requests count: a refused one costs no budget."""
+per key: the core keys it by frontend (one frontend cannot use up another's budget),
+the HTTP frontend by client address. Only accepted requests count: a refused one costs
+no budget."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import itertools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +18,19 @@ log = logging.getLogger(__name__)
 PRIORITIES = {"alert": 0, "normal": 1, "low": 2}
 TERMINAL = frozenset({"finished", "stopped", "error"})
 _sequence = itertools.count()
+
+
+def new_id(prefix: str) -> str:
+    """An id the daemon makes for a request: random, so no client can guess another's."""
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def frontend_of(source: str) -> str:
+    """Which frontend an ask came from (its `source`): ids, rate budgets and metrics are
+    kept per frontend."""
+    if source in ("say", "stream", "hermes"):
+        return "mqtt"
+    return source.split("-", 1)[0]  # wyoming, wyoming-stream, http, http-say, local
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,16 @@ class Ask:
     site_id: str | None = None  # Hermes
     session_id: str | None = None  # Hermes
     received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def frontend(self) -> str:
+        return frontend_of(self.source)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What names a live request: its id within its frontend's namespace, so a client
+        of one frontend cannot squat (or stop) another frontend's ids."""
+        return self.frontend, self.id
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,8 @@ def test_stop_by_id_and_unknown_id(parts) -> None:
     core = build()
     core.submit(Ask(id="busy", text=SENTENCES), sink)
     core.submit(Ask(id="gone", text="Never heard."), sink)
-    assert core.stop("gone") == 1
-    assert core.stop("nobody") == 0
+    assert core.stop("mqtt", "gone") == 1
+    assert core.stop("mqtt", "nobody") == 0
     sink.wait("busy", "finished")
     assert sink.names("gone") == ["queued", "stopped"]
     assert sink.fields("gone", "stopped")["played"] is False
@@ -103,7 +103,7 @@ def test_a_stop_wins_over_a_pending_resume(parts) -> None:
     core.submit(Ask(id="long", text=SENTENCES), sink)
     sink.wait("long", "started")
     core.submit(Ask(id="alert", text="Smoke alarm!", priority="alert"), sink)
-    core.stop(None)
+    core.stop("mqtt")
     time.sleep(0.4)
     assert terminals(sink, "long") == ["stopped"]
     assert "Ten eleven twelve." not in synth.spoken
@@ -116,7 +116,7 @@ def test_stop_after_resume_was_queued_stops_it(parts) -> None:
     sink.wait("long", "started")
     core.submit(Ask(id="alert", text="Smoke alarm, leave now!", priority="alert"), sink)
     sink.wait("long", "interrupted")
-    core.stop(None)
+    core.stop("mqtt")
     time.sleep(0.3)
     assert terminals(sink, "long") == ["stopped"]
     assert terminals(sink, "alert") == ["stopped"]
@@ -294,13 +294,90 @@ def test_client_streams_are_bounded_stoppable_and_shut_down(parts) -> None:
     build, _synth, _player, sink = parts
     core = build(max_streams=2)
     slow = [ClientAudio(delay_s=0.2), ClientAudio(delay_s=0.2)]
-    for index, out in enumerate(slow):
+    held = [
         core.submit(Ask(id=f"s{index}", text=SENTENCES), sink, audio_out=out)
+        for index, out in enumerate(slow)
+    ]
     with pytest.raises(Refused, match="too many streams"):
         core.submit(Ask(id="s2", text=SENTENCES), sink, audio_out=ClientAudio())
-    assert core.stop("s0") == 1
+    core.cancel(held[0], "client gone")  # its connection ends it (a stop cannot: below)
     sink.wait("s0", "stopped")
     stream = core.feed_stream(Ask(id="s3"), "Half a", False, sink, audio_out=ClientAudio())
     core.shutdown()
     assert terminals(sink, "s1") == ["stopped"] and terminals(sink, "s3") == ["stopped"]
     assert stream.outcome is not None and core.active_streams == 0
+
+
+def test_stop_reaches_only_the_speaker_and_ids_live_per_frontend(parts) -> None:
+    """A stop (all, or by id) never ends a client's stream; a client-chosen id lives in
+    its frontend's namespace, so one frontend cannot squat or stop another's."""
+    build, _synth, _player, sink = parts
+    core = build()
+    out = ClientAudio(delay_s=0.05)
+    client = core.submit(Ask(id="c", text=SENTENCES, source="wyoming"), sink, audio_out=out)
+    core.submit(Ask(id="kitchen", text=SENTENCES), sink)  # MQTT's "kitchen"
+    core.submit(Ask(id="kitchen", text="Hello.", source="http-say"), sink)  # HTTP's own
+    assert core.stop("wyoming", "c") == 0  # a client stream is its connection's alone
+    assert core.stop("http", "kitchen") == 1  # HTTP's, not MQTT's
+    assert core.stop("mqtt") == 1  # all on the speaker: MQTT's kitchen
+    sink.wait("c", "finished")
+    assert terminals(sink, "kitchen") == ["stopped", "stopped"]
+    assert client.outcome is not None and client.outcome.name == "finished"
+
+
+def test_daemon_made_ids_are_random(parts) -> None:
+    build, _synth, _player, _sink = parts
+    core = build()
+    first, second = (core.say_local("Okay.").id for _ in range(2))
+    assert first != second and len(first) == len("local-") + 16
+
+
+def test_each_frontend_has_its_own_rate_budget(parts) -> None:
+    build, _synth, _player, sink = parts
+    core = build(rate_per_minute=2)
+    for index in range(2):
+        core.submit(Ask(id=f"h{index}", text="Hi.", source="http"), sink, audio_out=ClientAudio())
+    with pytest.raises(Refused, match="rate limit") as refused:
+        core.submit(Ask(id="h2", text="Hi.", source="http"), sink, audio_out=ClientAudio())
+    assert 0 < refused.value.retry_after <= 60
+    core.submit(Ask(id="m", text="Kitchen timer done."), sink)  # MQTT's budget is its own
+    sink.wait("m", "finished")
+
+
+def test_a_stream_waiting_for_text_holds_no_slot(parts) -> None:
+    """Slots are for making audio: a stream that waits for text keeps nobody out, and
+    takes a slot when its text comes (waiting, if need be, for one to free)."""
+    build, _synth, _player, sink = parts
+    core = build(max_streams=1, max_waiting_streams=2)
+    waiting = [
+        core.feed_stream(Ask(id=f"w{i}", source="http-stream"), "T", False, sink, ClientAudio())
+        for i in range(2)
+    ]
+    with pytest.raises(Refused, match="waiting for text"):
+        core.feed_stream(Ask(id="w2", source="http-stream"), "", False, sink, ClientAudio())
+    core.feed_stream(Ask(id="wy", source="wyoming-stream"), "", False, sink, ClientAudio())
+    busy = ClientAudio(delay_s=0.1)
+    core.submit(Ask(id="one", text=SENTENCES, source="http"), sink, audio_out=busy)
+    with pytest.raises(Refused, match="too many streams at once"):
+        core.submit(Ask(id="two", text="Hi.", source="http"), sink, audio_out=ClientAudio())
+    core.feed(waiting[0], "he end.", True)  # has a unit now: waits for the one slot
+    sink.wait("w0", "finished")
+    assert sink.names("one")[-1] == "finished"  # it had to wait for the slot
+    core.cancel(waiting[1], "client gone")
+    sink.wait("w1", "stopped")
+
+
+def test_feed_refuses_a_bad_piece_and_leaves_the_stream_to_its_holder(parts) -> None:
+    build, _synth, _player, sink = parts
+    core = build()
+    stream = core.feed_stream(
+        Ask(id="s", source="http-stream"), "Hello", False, sink, ClientAudio()
+    )
+    for bad, words in (("<b>x</b>", "markup"), ("\x07", "control"), ("x" * 20_000, "too long")):
+        with pytest.raises(Refused, match=words):
+            core.feed(stream, bad, False)
+    assert stream.stream is not None and not stream.stream.closed
+    core.feed(stream, " there.", True)
+    sink.wait("s", "finished")
+    with pytest.raises(Refused, match="has ended"):
+        core.feed(stream, "More.", False)  # never opens another (nor one on the speaker)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.core import Core
-from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused
+from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused, Utterance, new_id
 from magpie_tts.daemon.metrics import CONTENT_TYPE
 
 from ..base import Frontend, Host
@@ -64,8 +62,6 @@ class HttpFrontend(Frontend):
         self.guard = Guard(config)  # origin, body type and time, key, per-client budget
         self._loop = LoopThread("magpie-http")
         self._runner: web.AppRunner | None = None
-        self._requests = 0
-        self._lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -76,13 +72,17 @@ class HttpFrontend(Frontend):
     def start(self) -> None:
         """Listen now (before the voice loads, so /health can say so)."""
         section = self.config.http
+        # keepalive_timeout: aiohttp closes a connection with no complete request head this
+        # long after it opened or its last response ended: the header timeout (slow-loris),
+        # and idle keep-alive. handler_cancellation: a client that hangs up cancels its
+        # handler, which ends its utterance (`_speak`), whole-file answers included
+        # (aiohttp's default runs a handler to its end; its test server cancels, as here).
         self._runner = web.AppRunner(
             self.application(),
             access_log=None,
             handle_signals=False,
-            # aiohttp closes a connection with no complete request head this long after it
-            # opened or its last response ended: the header timeout (slow-loris), and idle
             keepalive_timeout=section.header_timeout_s,
+            handler_cancellation=True,
         )
         self._loop.start(
             self._listen(section.host, section.port), f"HTTP {section.host}:{section.port}"
@@ -153,11 +153,6 @@ class HttpFrontend(Frontend):
         self.guard.authenticate(request)
         return self.host.core
 
-    def _id(self, prefix: str) -> str:
-        with self._lock:
-            self._requests += 1
-            return f"{prefix}-{self._requests}"
-
     async def _json(self, request: web.Request) -> dict[str, Any]:
         try:
             raw = await request.read()
@@ -186,7 +181,7 @@ class HttpFrontend(Frontend):
         fmt = fields.choice(data, "response_format", FORMATS, "wav")
         stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
         ask = Ask(
-            id=self._id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
+            id=new_id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
         )
         return await self._speak(request, core, ask, fmt, stream_format)
 
@@ -209,7 +204,7 @@ class HttpFrontend(Frontend):
         stream = always_stream or fields.flag(options, "stream", query=streamed)
         speaker = fields.speaker(options)
         ask = Ask(
-            id=self._id("http"),
+            id=new_id("http"),
             text="" if streamed else fields.string(options, "text", required=True),
             source="http-stream" if streamed else "http",
             voice=fields.voice(fields.string(options, "voice")),
@@ -229,7 +224,8 @@ class HttpFrontend(Frontend):
         stream_format: str | None,
         text_body: bool = False,
     ) -> web.StreamResponse:
-        reply = AudioResponse(request, fmt, stream_format, self.config.limits.client_stall_s)
+        stall_s, max_file_s = self.config.limits.client_stall_s, self.config.http.max_file_audio_s
+        reply = AudioResponse(request, fmt, stream_format, stall_s, max_file_s)
         try:
             with self.guard.budget(request):
                 if text_body:
@@ -238,35 +234,47 @@ class HttpFrontend(Frontend):
                     utterance = core.submit(ask, reply, reply)
         except Refused as exc:
             raise refusal(exc) from None
-        reader = asyncio.ensure_future(self._feed_body(request, core, ask)) if text_body else None
+        reader = None
+        if text_body:
+            reader = asyncio.ensure_future(self._feed_body(request, core, utterance, reply))
         try:
             event = await reply.outcome
+        except asyncio.CancelledError:  # the handler was cancelled: the client left
+            core.cancel(utterance, "client disconnected")
+            raise
         finally:
-            if not reply.outcome.done():  # the handler was cancelled: the client left
-                core.stop(utterance.id, reason="client disconnected")
             if reader is not None:
                 reader.cancel()
         return await reply.finish(event)
 
-    async def _feed_body(self, request: web.Request, core: Core, ask: Ask) -> None:
-        """Streamed text in: each body chunk is a piece of the text (UTF-8, any split)."""
+    async def _feed_body(
+        self, request: web.Request, core: Core, utterance: Utterance, reply: AudioResponse
+    ) -> None:
+        """Streamed text in: each body chunk is a piece of the text (UTF-8, any split).
+        A piece that cannot be spoken (not UTF-8, a control character, markup, past the
+        length limit) or a body that breaks off fails the request, and the client is
+        told (see AudioResponse); it never ends early as if all had been said."""
         decoder = codecs.getincrementaldecoder("utf-8")()
-        final = False
         try:
             async for chunk in request.content.iter_any():
-                piece = decoder.decode(chunk)
-                if piece:
-                    core.feed_stream(ask, piece, False)
-            core.feed_stream(ask, decoder.decode(b"", final=True), True)
-            final = True
-        except UnicodeDecodeError:
-            log.warning("HTTP streamed text of %s refused: not UTF-8", ask.id)
-        except Refused as exc:  # the kind only: the reason may quote the text
-            log.warning("HTTP streamed text of %s refused: %s", ask.id, exc.code)
-        finally:
-            if not final:  # a bad piece or a broken body: speak what came, then end
-                with contextlib.suppress(Refused):
-                    core.feed_stream(ask, "", True)
+                core.feed(utterance, decoder.decode(chunk), False)
+            core.feed(utterance, decoder.decode(b"", final=True), True)
+            return
+        except UnicodeDecodeError as exc:
+            problem = ApiError(400, f"text is not valid UTF-8 ({exc.reason})", "bad-text")
+        except Refused as exc:
+            assert utterance.stream is not None
+            if utterance.stream.closed:  # ended by the core (idle, stalled): it answers
+                return
+            problem = refusal(exc)
+        except ConnectionError:  # the client left: its handler is cancelled, which ends it
+            return
+        except Exception as exc:  # the body broke off (a malformed chunk)
+            problem = ApiError(400, f"text body could not be read: {exc}", "bad_request")
+        self._count_refusal(problem.code)
+        self.guard.log_refusal(request, problem)  # its kind: the reason may quote the text
+        reply.refuse(problem)
+        core.cancel(utterance, f"refused: {problem.code}")
 
     # -- the speaker -------------------------------------------------------------------------
 
@@ -279,7 +287,7 @@ class HttpFrontend(Frontend):
         if not fields.finite(volume) or not 0.0 <= volume <= 2.0:
             raise ApiError(400, "volume must be a number in 0..2", "bad_request")
         ask = Ask(
-            id=request_id or self._id("http-say"),
+            id=request_id or new_id("http-say"),
             text=fields.string(data, "text", required=True),
             source="http-say",
             voice=fields.voice(fields.string(data, "voice")),
@@ -309,7 +317,7 @@ class HttpFrontend(Frontend):
         request_id = data.get("id")
         if request_id is not None and not isinstance(request_id, str):
             raise ApiError(400, "id must be a string", "bad_request")
-        stopped = core.stop(request_id)
+        stopped = core.stop("http", request_id)  # the speaker's, never a client's stream
         if request_id is not None and not stopped:
             raise ApiError(
                 404, f"no utterance with id {request_id!r} is queued or speaking", "unknown_id"

@@ -218,7 +218,7 @@ class MqttFrontend(Frontend):
                 self.core.feed_stream(piece.ask, piece.text, piece.final, self)
             elif topic == self.topics.stop:
                 request_id = parse_stop(payload, limit)
-                if not self.core.stop(request_id) and request_id is not None:
+                if not self.core.stop("mqtt", request_id) and request_id is not None:
                     raise Refused(
                         f"no utterance with id {request_id!r} is queued or speaking", request_id
                     )

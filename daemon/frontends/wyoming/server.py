@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 from magpie_tts.daemon.config import Config
-from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance
+from magpie_tts.daemon.core.utterance import Ask, Event, Refused, Utterance, new_id
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event as WyEvent
@@ -98,7 +98,6 @@ class WyomingConnection(AsyncEventHandler):
         self.core = server.core
         self.loop = asyncio.get_running_loop()
         self.number = next(_connections)
-        self._ids = itertools.count(1)
         self._request: _Request | None = None
         self._closed = False
         bound_send_buffer(writer.transport)
@@ -127,7 +126,7 @@ class WyomingConnection(AsyncEventHandler):
         self._closed = True
         request = self._request
         if request is not None and request.utterance is not None and not request.concluded:
-            self.core.stop(request.utterance.id, reason="client disconnected")
+            self.core.cancel(request.utterance, "client disconnected")
 
     # -- events in ---------------------------------------------------------------------------
 
@@ -167,7 +166,7 @@ class WyomingConnection(AsyncEventHandler):
         ):
             raise WyomingRefusal("voice speaker must be a name or a number", "bad-request")
         return Ask(
-            id=f"wyoming-{self.number}-{next(self._ids)}",
+            id=new_id("wyoming"),  # random: no other client can guess it
             text=text,
             source=source,
             voice=name,

@@ -9,10 +9,12 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.frontends.http.server import HttpFrontend
+from magpie_tts.engine import EngineError
 
 from ...fakes import RATE, FakeHost, FakePlayer, FakeSynth, fake_core
 
@@ -242,3 +244,31 @@ def test_health_voices_and_metrics_come_from_the_host(serve) -> None:
         assert degraded.status == 503 and (await degraded.json())["state"] == "degraded"
 
     serve(check)
+
+
+class FailingSynth(FakeSynth):
+    """Fails after its first chunk, as a broken decoder would, half way."""
+
+    def stream_clauses(self, units, *args: Any, **kwargs: Any):
+        for index, chunk in enumerate(super().stream_clauses(units, *args, **kwargs)):
+            if index == 1:
+                raise EngineError("decoder failed")
+            yield chunk
+
+
+def test_audio_cut_short_never_looks_complete(serve) -> None:
+    """A plain stream ends without its last chunk, SSE says so, a whole file is 500."""
+
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        text = {"input": "One two. Three four. Five six.", "response_format": "pcm"}
+        plain = await client.post("/v1/audio/speech", json=text)
+        assert plain.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await plain.read()
+        sse = await client.post("/v1/audio/speech", json={**text, "stream_format": "sse"})
+        done = (await sse.text()).strip().splitlines()[-1]
+        assert '"speech.audio.done"' in done and "decoder failed" in done
+        whole = await client.post("/tts", json={"text": text["input"]})
+        assert whole.status == 500 and "decoder failed" in (await whole.json())["error"]["message"]
+
+    serve(check, synth=FailingSynth())
