@@ -189,11 +189,13 @@ class Core:
             utterance = self._live.get(ask.key)
         if utterance is not None and utterance.stream is None:
             raise Refused(
-                f"request id {ask.id!r} is in use by a request that is not a stream", ask.id
+                f"request id {ask.id!r} is in use by a request that is not a stream",
+                ask.id,
+                code="duplicate-id",
             )
         if utterance is None:
             if final and not text.strip():
-                raise Refused(f"final for unknown stream {ask.id!r}", ask.id)
+                raise Refused(f"final for unknown stream {ask.id!r}", ask.id, code="refused")
             try:
                 self._check_voice(ask)
                 self.policy.check(text)
@@ -217,7 +219,7 @@ class Core:
         to end (`cancel`) or finish."""
         stream = utterance.stream
         if stream is None or stream.closed:
-            raise Refused(f"stream {utterance.id!r} has ended", utterance.id)
+            raise Refused(f"stream {utterance.id!r} has ended", utterance.id, code="refused")
         try:
             if text:
                 stream.feed(text)
@@ -281,19 +283,24 @@ class Core:
     def _admit(self, utterance: Utterance) -> None:
         """Queue it (or refuse); `queued` is reported before any later event."""
         if self._stopping.is_set():
-            raise Refused("daemon is shutting down", utterance.id)
+            raise Refused("daemon is shutting down", utterance.id, code="shutting-down")
         to_client = utterance.audio_out is not None
         preempt = playback = None
         key = utterance.ask.key
         with utterance.ordered():
             with self.lock:
                 if key in self._live:
-                    raise Refused(f"request id {utterance.id!r} is already queued", utterance.id)
+                    raise Refused(
+                        f"request id {utterance.id!r} is already queued",
+                        utterance.id,
+                        code="duplicate-id",
+                    )
                 if not self.rate.allows(key[0]):  # each frontend has its own budget
                     raise Refused(
                         f"rate limit: more than {self.rate.per_minute} requests per minute",
                         utterance.id,
                         retry_after=self.rate.retry_after(key[0]),
+                        code="busy",
                     )
                 if to_client:
                     self.slots.admit(utterance)  # raises Refused when none is free

@@ -19,7 +19,9 @@ class UtteranceQueue:
     def check_room(self, utterance: Utterance) -> None:
         with self._cond:
             if len(self._heap) >= self.max_items:
-                raise Refused(f"queue full ({self.max_items} utterances waiting)", utterance.id)
+                raise Refused(
+                    f"queue full ({self.max_items} utterances waiting)", utterance.id, code="busy"
+                )
 
     def put(self, utterance: Utterance, force: bool = False) -> None:
         """Queue an utterance; a full queue is an error the sender hears about (no drop).

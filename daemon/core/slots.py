@@ -35,7 +35,9 @@ class StreamSlots:
             if utterance.stream is None:
                 if len(self._making) + len(self._wanting) >= self.max_streams:
                     raise Refused(
-                        f"too many streams at once (limit {self.max_streams})", utterance.id
+                        f"too many streams at once (limit {self.max_streams})",
+                        utterance.id,
+                        code="busy",
                     )
                 self._making.add(utterance)
             else:
@@ -45,6 +47,7 @@ class StreamSlots:
                     raise Refused(
                         f"too many streams waiting for text (limit {self.max_waiting})",
                         utterance.id,
+                        code="busy",
                     )
             self.open.add(utterance)
 

@@ -158,16 +158,24 @@ class Refused(Exception):
     """A request the core will not take; str() is the reason the sender hears."""
 
     def __init__(
-        self, reason: str, request_id: str | None = None, retry_after: float | None = None
+        self,
+        reason: str,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.request_id = request_id
         self.retry_after = retry_after  # a rate limit's wait in seconds; None: unknown
+        self._code = code
 
     @property
     def code(self) -> str:
         """A machine-readable kind for the reason (Wyoming error codes, HTTP statuses,
-        metrics)."""
+        metrics). A refusal whose reason quotes what a client chose (an id) names its code
+        where it is raised: read from the words, a client's id could pick the code."""
+        if self._code is not None:
+            return self._code
         reason = str(self)
         for words, code in _REFUSAL_CODES:
             if any(word in reason for word in words):

@@ -381,3 +381,16 @@ def test_feed_refuses_a_bad_piece_and_leaves_the_stream_to_its_holder(parts) -> 
     sink.wait("s", "finished")
     with pytest.raises(Refused, match="has ended"):
         core.feed(stream, "More.", False)  # never opens another (nor one on the speaker)
+
+
+def test_a_refusal_code_is_not_picked_by_the_words_of_a_client_id(parts) -> None:
+    build, _synth, _player, sink = parts
+    core = build()
+    tricky = "speaker-too long-empty-markup"  # words the codes of other refusals are read from
+    core.submit(Ask(id=tricky, text=SENTENCES), sink)
+    with pytest.raises(Refused) as again:
+        core.submit(Ask(id=tricky, text="Again."), sink)
+    assert again.value.code == "duplicate-id"
+    with pytest.raises(Refused) as stream:
+        core.feed_stream(Ask(id=tricky, source="stream"), "More.", False, sink)
+    assert stream.value.code == "duplicate-id"

@@ -220,7 +220,9 @@ class MqttFrontend(Frontend):
                 request_id = parse_stop(payload, limit)
                 if not self.core.stop("mqtt", request_id) and request_id is not None:
                     raise Refused(
-                        f"no utterance with id {request_id!r} is queued or speaking", request_id
+                        f"no utterance with id {request_id!r} is queued or speaking",
+                        request_id,
+                        code="unknown-id",
                     )
             elif topic == self.topics.hermes_say:
                 self.core.submit(parse_hermes(payload, limit, arrived), self)
