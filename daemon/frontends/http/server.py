@@ -144,7 +144,7 @@ class HttpFrontend(Frontend):
 
     def _count_refusal(self, code: str) -> None:
         if self.host.ready:
-            self.host.core.refused("http", code)
+            self.host.core.refused(self.name, code)
 
     def _ready(self, request: web.Request) -> Core:
         """The core, once the daemon is ready and the request may use it."""
@@ -317,7 +317,7 @@ class HttpFrontend(Frontend):
         request_id = data.get("id")
         if request_id is not None and not isinstance(request_id, str):
             raise ApiError(400, "id must be a string", "bad_request")
-        stopped = core.stop("http", request_id)  # the speaker's, never a client's stream
+        stopped = core.stop(self.name, request_id)  # the speaker's, never a client's stream
         if request_id is not None and not stopped:
             raise ApiError(
                 404, f"no utterance with id {request_id!r} is queued or speaking", "unknown_id"

@@ -144,7 +144,7 @@ class MqttFrontend(Frontend):
         The journal gets the kind of refusal and the id, never the reason: a reason may
         quote a piece of the message, and spoken text stays out of the log."""
         kind = code or Refused(reason).code
-        self.core.refused("mqtt", kind)
+        self.core.refused(self.name, kind)
         log.warning("rejected message on %s (id=%s): %s", topic, request_id, kind)
         self._publish_error(reason, topic, request_id, hermes)
 
@@ -181,7 +181,7 @@ class MqttFrontend(Frontend):
         """A copy from the broker's retained store, handed over at each (re)subscribe: no
         command. Answered at each delivery (every connect, while it stays retained)."""
         given = hermes_context(payload).get("id")
-        self.core.refused("mqtt", "retained")
+        self.core.refused(self.name, "retained")
         log.warning(
             "ignored a retained message on %s (id=%s): commands count only as published; "
             "clear it with an empty retained message",
@@ -218,7 +218,7 @@ class MqttFrontend(Frontend):
                 self.core.feed_stream(piece.ask, piece.text, piece.final, self)
             elif topic == self.topics.stop:
                 request_id = parse_stop(payload, limit)
-                if not self.core.stop("mqtt", request_id) and request_id is not None:
+                if not self.core.stop(self.name, request_id) and request_id is not None:
                     raise Refused(
                         f"no utterance with id {request_id!r} is queued or speaking",
                         request_id,

@@ -114,7 +114,7 @@ class WyomingConnection(AsyncEventHandler):
                     break
         except BadFrame as exc:
             log.warning("wyoming client %d: %s", self.number, exc)
-            self.core.refused("wyoming", exc.code)
+            self.core.refused(self.server.name, exc.code)
             await self._error(str(exc), exc.code)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -148,7 +148,7 @@ class WyomingConnection(AsyncEventHandler):
             else:
                 raise WyomingRefusal(f"unknown event type {event.type[:40]!r}", "unknown-event")
         except WyomingRefusal as exc:
-            self.core.refused("wyoming", exc.code)
+            self.core.refused(self.server.name, exc.code)
             # the kind only: the reason may quote the request's text
             log.warning("wyoming client %d: request refused: %s", self.number, exc.code)
             await self._error(str(exc), exc.code)
