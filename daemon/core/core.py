@@ -9,7 +9,7 @@ which emits its one terminal event.
 An utterance is spoken on the speaker (the worker in speaker.py), or, when the frontend
 passes an `AudioOut`, streamed to a client (a Wyoming or HTTP connection): same
 admission, ids and events, but it bypasses the speaker queue and runs at once on a
-client thread, holding a synthesis slot while it makes audio (slots.py).
+client thread (client.py), holding a synthesis slot while it makes audio (slots.py).
 
 Who may end what: `stop` (a stop-all, or a stop by id, from MQTT or HTTP) reaches only
 the speaker's utterances; a client-bound utterance is its connection's alone, ended by
@@ -39,17 +39,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
-import numpy as np
-from magpie_tts.engine import CLIENT, EngineError, SynthesisOptions, TextPolicy, VoiceError
+from magpie_tts.engine import EngineError, TextPolicy, VoiceError
 
 from ..player import Playback
+from .client import stream_to_client
 from .queue import UtteranceQueue
 from .rate import RateLimit
 from .slots import StreamSlots
 from .speaker import NOTHING_SPEAKABLE, Speaker
-from .stats import RollingStats, Tally
+from .stats import RollingStats
 from .utterance import (
     PRIORITIES,
     Ask,
@@ -316,7 +317,7 @@ class Core:
         if to_client:
             worker = threading.Thread(
                 target=self.guarded,
-                args=(self._stream_to_client, utterance),
+                args=(partial(stream_to_client, self), utterance),
                 name="magpie-client",
                 daemon=True,
             )
@@ -361,46 +362,6 @@ class Core:
     def check_fail_marker(self, ask: Ask) -> None:
         if self.fail_marker and self.fail_marker in ask.text:
             raise RuntimeError("test hook: synthesis failure injected")
-
-    def _stream_to_client(self, utterance: Utterance) -> None:
-        """A client-bound utterance, on its own thread: chunks into its AudioOut."""
-        ask, out = utterance.ask, utterance.audio_out
-        assert out is not None
-        self.check_fail_marker(ask)
-        synth = self.registry.get(ask.voice)
-        rate = synth.voice.sample_rate
-        units = utterance.pending_units(self.limits.stream_idle_s, lambda: utterance.stop.stopped)
-        if utterance.stream is not None:
-            units = self.slots.paced(utterance, units)  # a slot only while making audio
-        chunks = synth.stream_clauses(
-            units,
-            SynthesisOptions(speed=ask.speed, speaker=ask.speaker),
-            utterance.stop,
-            cache_use="keep" if ask.cacheable else "auto",
-            priority=CLIENT,  # the local speaker's windows come first (engine/stream/turns.py)
-        )
-        tally = Tally()
-        ttfa_ms: float | None = None
-        for chunk in chunks:
-            pcm = chunk.pcm
-            if ask.volume != 1.0:
-                pcm = np.clip(pcm * ask.volume, -32768, 32767).astype(np.int16)
-            if not out.write(pcm, rate):
-                with self.lock:
-                    utterance.stop_reason = utterance.stop_reason or "client gone"
-                utterance.stop.stop()
-                break
-            tally.add(chunk)
-            if ttfa_ms is None:  # the first chunk is out of the daemon
-                ttfa_ms = round((self.clock() - ask.received_at) * 1000, 1)
-                self.report(utterance, "started", ttfa_ms=ttfa_ms)
-        timing = tally.timing(ttfa_ms, tally.audio_s + tally.cached_s)
-        if utterance.stop.stopped:
-            self.conclude(utterance, "stopped", reason=utterance.stop_reason or "stopped", **timing)
-        elif ttfa_ms is None:
-            self.conclude(utterance, "error", error=NOTHING_SPEAKABLE)
-        else:
-            self.finished(utterance, self.client_stats, timing, bool(tally.first_cached))
 
     # -- the one place an utterance ends ------------------------------------------------
 
