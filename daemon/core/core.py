@@ -61,6 +61,7 @@ from .utterance import (
     Sink,
     Utterance,
     new_id,
+    shown_id,
 )
 
 log = logging.getLogger(__name__)
@@ -323,7 +324,7 @@ class Core:
             )
             worker.start()
         if preempt is not None:
-            log.info("alert %s pre-empts %s", utterance.id, preempt.id)
+            log.info("alert %s pre-empts %s", shown_id(utterance.id), shown_id(preempt.id))
             self._cancel(preempt, playback)
 
     def _preemption(self, arriving: Utterance) -> Utterance | None:
@@ -356,7 +357,7 @@ class Core:
         except EngineError as exc:
             self.conclude(utterance, "error", error=str(exc))
         except Exception as exc:  # one broken utterance must not end the service
-            log.exception("synthesis of %s failed", utterance.id)
+            log.exception("synthesis of %s failed", shown_id(utterance.id))
             self.conclude(utterance, "error", error=f"internal error: {exc}")
 
     def check_fail_marker(self, ask: Ask) -> None:
@@ -398,4 +399,4 @@ class Core:
             if utterance.report(event):
                 self.monitor.report(utterance, event)
         except Exception:  # a frontend's failure must not break the lifecycle
-            log.exception("reporting %s of %s failed", name, utterance.id)
+            log.exception("reporting %s of %s failed", name, shown_id(utterance.id))

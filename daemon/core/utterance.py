@@ -25,6 +25,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
+def shown_id(request_id: str | None) -> str:
+    """A request id as a log line may show it: a client chose it, so quoted (a newline
+    cannot forge a line) and cut to 64 characters (nor can its length flood the log)."""
+    if request_id is None:
+        return "-"
+    return repr(request_id[:64]) + ("…" if len(request_id) > 64 else "")
+
+
 def frontend_of(source: str) -> str:
     """Which frontend an ask came from (its `source`): ids, rate budgets and metrics are
     kept per frontend."""
@@ -122,7 +130,10 @@ class Utterance:
             if self.outcome is not None:
                 # names only: an event's fields may quote the request
                 log.error(
-                    "utterance %s already %s; dropping %s", self.id, self.outcome.name, event.name
+                    "utterance %s already %s; dropping %s",
+                    shown_id(self.id),
+                    self.outcome.name,
+                    event.name,
                 )
                 return False
             if event.terminal:

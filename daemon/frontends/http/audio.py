@@ -156,7 +156,9 @@ class AudioResponse(OutcomeSink):
             if warning:  # a text body that went idle: not the whole file asked for
                 return error_response(500, str(warning), "synthesis_failed")
             return await self._send_file()
-        if self.stream_format == "audio" and failure is not None:
+        # A text body that went idle before its end (`warning`) was not all said: cut
+        # short, like a failure, whatever the client does with the bytes so far.
+        if self.stream_format == "audio" and (failure is not None or warning):
             self._abort()
             return self.response
         with contextlib.suppress(ConnectionError, RuntimeError):

@@ -97,10 +97,9 @@ class Guard:
 
     async def _read_body(self, request: web.Request) -> None:
         """Read the whole body now (the handler's read() gets it), in bounded time."""
-        try:
-            async with asyncio.timeout(self.read_timeout_s):
-                await request.read()
-        except TimeoutError:
+        try:  # wait_for, not asyncio.timeout: Python 3.10 boards (Jetsons) too
+            await asyncio.wait_for(request.read(), self.read_timeout_s)
+        except asyncio.TimeoutError:
             raise ApiError(
                 408,
                 f"request body not received within {self.read_timeout_s:g} s "

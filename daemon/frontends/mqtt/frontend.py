@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from magpie_tts.daemon.config import Config
-from magpie_tts.daemon.core.utterance import Event, Refused, Utterance
+from magpie_tts.daemon.core.utterance import Event, Refused, Utterance, shown_id
 
 from ..base import Frontend, Host
 from .ha_discovery import config_topic, discovery_config
@@ -145,7 +145,7 @@ class MqttFrontend(Frontend):
         quote a piece of the message, and spoken text stays out of the log."""
         kind = code or Refused(reason).code
         self.core.refused(self.name, kind)
-        log.warning("rejected message on %s (id=%s): %s", topic, request_id, kind)
+        log.warning("rejected message on %s (id=%s): %s", topic, shown_id(request_id), kind)
         self._publish_error(reason, topic, request_id, hermes)
 
     def _publish_error(

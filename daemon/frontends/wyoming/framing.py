@@ -6,12 +6,13 @@ payload than the client sends is cut off, with a reason (BadFrame), not held ope
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from wyoming.event import Event, async_read_event
 
+T = TypeVar("T")
 HEADER_LIMIT = 64 * 1024  # asyncio's line limit: a longer header line is malformed
 
 
@@ -43,15 +44,19 @@ async def read_event(
     reader: asyncio.StreamReader, max_bytes: int, timeout_s: float
 ) -> Event | None:
     """The next event (None at the end of the stream): idle before it as long as the
-    client likes, but once its first byte came, all of it within `timeout_s`."""
+    client likes, but once its first byte came, all of it (header line, data, payload)
+    within `timeout_s`: one deadline for the whole event."""
     first = await reader.read(1)
     if not first:
         return None
-    async with _in_time("event header", timeout_s):
-        try:
-            line = first + (await reader.readline() if first != b"\n" else b"")
-        except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
-            raise BadFrame(f"event header longer than {HEADER_LIMIT} bytes") from None
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    try:
+        rest = b""
+        if first != b"\n":
+            rest = await _by(deadline, reader.readline(), "event header", timeout_s)
+        line = first + rest
+    except ValueError:  # asyncio's LimitOverrunError: no newline within the limit
+        raise BadFrame(f"event header longer than {HEADER_LIMIT} bytes") from None
     try:
         header = json.loads(line)
     except ValueError:
@@ -66,19 +71,20 @@ async def read_event(
             not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= max_bytes
         ):
             raise BadFrame(f"{key} must be an integer between 0 and {max_bytes}")
-    async with _in_time("the event's data and payload", timeout_s):
-        event = await async_read_event(_Replay(line, reader))  # type: ignore[arg-type]
+    parse = async_read_event(_Replay(line, reader))  # type: ignore[arg-type]
+    event = await _by(deadline, parse, "the event's data and payload", timeout_s)
     if event is None:
         raise BadFrame("event data is not a JSON object in UTF-8")
     return event
 
 
-@contextlib.asynccontextmanager
-async def _in_time(what: str, timeout_s: float) -> AsyncIterator[None]:
+async def _by(deadline: float, step: Awaitable[T], what: str, timeout_s: float) -> T:
+    """`step`, if it completes by `deadline` (the loop's clock); else the event is cut.
+    (asyncio.wait_for rather than asyncio.timeout: Python 3.10 boards, Jetsons among them.)"""
+    remaining = max(0.0, deadline - asyncio.get_running_loop().time())
     try:
-        async with asyncio.timeout(timeout_s):
-            yield
-    except TimeoutError:
+        return await asyncio.wait_for(step, remaining)
+    except asyncio.TimeoutError:
         raise BadFrame(
             f"{what} not received within {timeout_s:g} s (limits.client_read_timeout_s)",
             "timeout",

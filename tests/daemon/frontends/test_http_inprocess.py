@@ -272,3 +272,27 @@ def test_audio_cut_short_never_looks_complete(serve) -> None:
         assert whole.status == 500 and "decoder failed" in (await whole.json())["error"]["message"]
 
     serve(check, synth=FailingSynth())
+
+
+def test_a_text_body_that_stops_before_its_end_is_cut_short(serve) -> None:
+    """Audio began, then the text stopped coming: at the idle limit the answer ends
+    without its terminating chunk, never as if all had been said."""
+
+    async def check(client: TestClient, _host: FakeHost) -> None:
+        never = asyncio.Event()
+
+        async def body():
+            yield b"First part. Second "
+            await never.wait()  # the rest of the text never comes
+
+        response = await client.post(
+            "/tts/stream?response_format=pcm",
+            data=body(),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+        never.set()
+
+    serve(check, stream_idle_s=0.5)

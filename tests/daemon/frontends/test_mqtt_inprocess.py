@@ -200,3 +200,14 @@ def test_refused_text_stays_out_of_the_log(mqtt, caplog) -> None:
     assert all("markup" in e["error"] and "4821" not in e["error"] for e in errors)
     assert "bad-text" in caplog.text and "4821" not in caplog.text
     assert "markup" not in caplog.text  # the kind of refusal, not the reason
+
+
+@pytest.mark.parametrize("length", [20, 5000])
+def test_a_client_id_can_neither_forge_nor_flood_a_log_line(mqtt, caplog, length: int) -> None:
+    frontend, _link = mqtt()
+    forged = "x\n2026-01-01 00:00:00,000 CRITICAL forged" + "y" * length
+    with caplog.at_level(logging.INFO):
+        receive(frontend, f"{BASE}/say", json.dumps({"id": forged, "text": "<b>Hi</b>"}))
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines, "the refusal is logged"
+    assert all("\n" not in line and len(line) < 300 for line in lines), lines

@@ -53,10 +53,10 @@ Check = Callable[[Client], Awaitable[None]]
 def connect():
     cores: list[Any] = []
 
-    def run(check: Check, **core: Any) -> None:
+    def run(check: Check, config: Config | None = None, **core: Any) -> None:
         made = fake_core(**core)
         cores.append(made)
-        frontend = WyomingFrontend(Config(), FakeHost(made))
+        frontend = WyomingFrontend(config or Config(), FakeHost(made))
 
         async def go() -> None:
             ours, theirs = socket.socketpair()
@@ -200,3 +200,22 @@ def test_late_events_of_a_session_the_server_ended_are_absorbed(connect) -> None
         assert (await client.read()).data["code"] == "no-session"
 
     connect(check, stream_idle_s=0.3)
+
+
+def test_an_event_has_one_deadline_for_its_header_and_its_data(connect) -> None:
+    """Each part within the read timeout, the whole event over it: cut off."""
+    data = b'{"text": "Too slow."}'
+
+    async def check(client: Client) -> None:
+        await client.send_raw(b"{")
+        await asyncio.sleep(0.4)
+        await client.send_raw(f'"type": "synthesize", "data_length": {len(data)}}}\n'.encode())
+        await asyncio.sleep(0.2)  # the event is over its 0.5 s now; its data part is not
+        try:
+            answer = await asyncio.wait_for(async_read_event(client.reader), 0.2)
+        except asyncio.TimeoutError:  # not cut: finish the event as a slow client would
+            await client.send_raw(data)
+            answer = await client.read()
+        assert answer.type == "error" and answer.data["code"] == "timeout"
+
+    connect(check, config=Config.model_validate({"limits": {"client_read_timeout_s": 0.5}}))
