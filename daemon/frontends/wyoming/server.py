@@ -75,9 +75,22 @@ class _Request:
     client_done: bool = False  # synthesize-stop came (a one-shot is done at once)
     concluded: bool = False  # its outcome has been written to the client
     audio_started: bool = False
-    # The server ended the session before synthesize-stop: until the client's stop (or
-    # its next request), its late chunks and stop belong to a session already answered.
+    # The server ended the session before synthesize-stop (idle, failed, stopped, or
+    # refused at its start): until the client's stop or its next start, its late chunks,
+    # its repeated full `synthesize` and its stop belong to a session already answered.
     server_ended: bool = False
+    # The session's text as it came (memory only, at most a payload's worth): what its
+    # repeated `synthesize` says, told apart from a new request once the server ended it.
+    heard: str = ""
+
+    def hear(self, text: str, limit: int) -> None:
+        if len(self.heard) + len(text) <= limit:
+            self.heard += text
+
+    def repeats(self, text: str) -> bool:
+        """Whether `text` is this session's text again (Home Assistant sends it whole
+        after the chunks, for servers that do not stream)."""
+        return " ".join(text.split()) == " ".join(self.heard.split())
 
     @property
     def over(self) -> bool:
@@ -136,9 +149,16 @@ class WyomingConnection(AsyncEventHandler):
                 await self.write_event(self.server.info().event())
             elif Synthesize.is_type(event.type):
                 request = self._request
-                if request is None or not request.streamed or request.client_done:
+                if request is not None and request.streamed and not request.client_done:
+                    pass  # inside a streaming session it repeats the streamed text: ignored
+                elif (
+                    request is not None
+                    and request.server_ended
+                    and request.repeats(_text(event, "synthesize", allow_empty=True))
+                ):
+                    pass  # the repeat of a session the server ended (and answered)
+                else:
                     self._one_shot(event)
-                # inside a streaming session it repeats the streamed text: ignored
             elif SynthesizeStart.is_type(event.type):
                 self._stream_start(event)
             elif SynthesizeChunk.is_type(event.type):
@@ -152,6 +172,8 @@ class WyomingConnection(AsyncEventHandler):
             # the kind only: the reason may quote the request's text
             log.warning("wyoming client %d: request refused: %s", self.number, exc.code)
             await self._error(str(exc), exc.code)
+            if exc.ends_session:  # a session refused at its start ends as the server's
+                await self._write_safely(SynthesizeStopped().event())
         return True
 
     def _ask(self, event: WyEvent, source: str, text: str = "") -> Ask:
@@ -189,9 +211,18 @@ class WyomingConnection(AsyncEventHandler):
     def _stream_start(self, event: WyEvent) -> None:
         ask = self._ask(event, "wyoming-stream")
         request = self._begin(streamed=True)
-        request.utterance = self._accepted(
-            request, lambda: self.core.feed_stream(ask, "", False, self, _AudioOut(self, request))
-        )
+        try:
+            request.utterance = self._accepted(
+                request,
+                lambda: self.core.feed_stream(ask, "", False, self, _AudioOut(self, request)),
+            )
+        except WyomingRefusal as exc:
+            # Refused at its start, the session is the server's to end, at once: the
+            # client's chunks, repeat and stop that follow are absorbed, its next
+            # request served.
+            request.client_done = request.server_ended = True
+            exc.ends_session = True
+            raise
 
     def _in_session(self, name: str) -> _Request:
         request = self._request
@@ -205,6 +236,7 @@ class WyomingConnection(AsyncEventHandler):
 
     def _stream_feed(self, text: str, final: bool) -> None:
         request = self._in_session("synthesize-chunk")
+        request.hear(text, self.server.max_event_bytes)
         utterance = request.utterance
         if request.concluded or utterance is None or utterance.outcome is not None:
             return  # the session already has its outcome (the client was told)
@@ -294,6 +326,7 @@ class WyomingRefusal(Exception):
     def __init__(self, text: str, code: str) -> None:
         super().__init__(text)
         self.code = code
+        self.ends_session = False  # a synthesize-start refused: synthesize-stopped follows
 
 
 def _text(event: WyEvent, name: str, allow_empty: bool = False) -> str:

@@ -14,7 +14,13 @@ from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.frontends.wyoming.server import WyomingConnection, WyomingFrontend
 from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Describe
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeVoice,
+)
 
 from ...fakes import RATE, FakeHost, FakeSynth, fake_core
 
@@ -219,3 +225,35 @@ def test_an_event_has_one_deadline_for_its_header_and_its_data(connect) -> None:
         assert answer.type == "error" and answer.data["code"] == "timeout"
 
     connect(check, config=Config.model_validate({"limits": {"client_read_timeout_s": 0.5}}))
+
+
+def test_a_session_refused_at_its_start_ends_at_once_and_frees_the_connection(connect) -> None:
+    async def check(client: Client) -> None:
+        await client.send(SynthesizeStart(voice=SynthesizeVoice(name="nobody")).event())
+        assert [e.type for e in await client.until("synthesize-stopped")] == [
+            "error",
+            "synthesize-stopped",
+        ]
+        await client.send(Synthesize(text="Served at once.").event())  # no stop in between
+        assert (await client.until("audio-stop"))[-1].type == "audio-stop"
+
+    connect(check)
+
+
+def test_home_assistants_late_repeat_and_stop_after_an_idle_end_are_absorbed(connect) -> None:
+    """HA sends chunks, then the whole text again, then synthesize-stop: after the server
+    ended the session at the idle limit, those belong to it and are not spoken again."""
+    synth = FakeSynth()
+
+    async def check(client: Client) -> None:
+        await client.send(SynthesizeStart().event())
+        await client.send(SynthesizeChunk(text="The lights are off. ").event())
+        await client.send(SynthesizeChunk(text="Good night").event())
+        await client.until("synthesize-stopped")  # the idle end
+        await client.send(Synthesize(text="The lights are off.  Good night").event())
+        await client.send(SynthesizeStop().event())
+        await client.send(Describe().event())  # the next answer must be the info
+        assert (await client.read()).type == "info"
+
+    connect(check, synth=synth, stream_idle_s=0.3)
+    assert synth.spoken == ["The lights are off.", "Good night"]
