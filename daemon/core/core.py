@@ -297,18 +297,19 @@ class Core:
                         utterance.id,
                         code="duplicate-id",
                     )
-                if not self.rate.allows(key[0]):  # each frontend has its own budget
+                wait = self.rate.retry_after(utterance.ask.frontend)  # a budget per frontend
+                if wait > 0:
                     raise Refused(
                         f"rate limit: more than {self.rate.per_minute} requests per minute",
                         utterance.id,
-                        retry_after=self.rate.retry_after(key[0]),
+                        retry_after=wait,
                         code="busy",
                     )
                 if to_client:
                     self.slots.admit(utterance)  # raises Refused when none is free
                 else:
                     self.queue.put(utterance)  # raises Refused when full
-                self.rate.take(key[0])  # only accepted requests use the budget
+                self.rate.take(utterance.ask.frontend)  # only accepted requests use it
                 self._live[key] = utterance
                 depth = len(self.queue)
                 if not to_client:

@@ -23,8 +23,7 @@ class RateLimit:
 
     def allows(self, key: Hashable = None) -> bool:
         """Whether one more request for `key` stays within the limit; counts nothing."""
-        with self._lock:
-            return len(self._recent(key)) < self.per_minute
+        return self.retry_after(key) == 0
 
     def retry_after(self, key: Hashable = None) -> float:
         """Seconds until one more request for `key` stays within the limit; 0: now."""
