@@ -1,7 +1,9 @@
 """One HTTP speech response: audio from a synthesis thread (the core's AudioOut), the
-outcome from the core (its Sink), streamed as it is decoded or sent as one file.
+outcome from the core (its Sink), streamed as it is decoded or sent as one file, in the
+format and rate asked for (../encoding: encoded on the synthesis thread, chunk by chunk).
 
-A streamed WAV has a header of unknown length: RIFF and data sizes 0xFFFFFFFF.
+A streamed WAV has a header of unknown length: RIFF and data sizes 0xFFFFFFFF; a whole
+WAV file states its length.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import struct
 from typing import Any
 
 import numpy as np
@@ -18,24 +19,11 @@ from aiohttp import web
 from magpie_tts.daemon.core.utterance import Event, Utterance
 
 from ..backpressure import bound_send_buffer, deliver, paced
+from ..encoding import CONTENT_TYPES, AudioOutput, open_output, output_rate, wav_header
 from .fields import ApiError, error_response
 
-UNKNOWN_SIZE = 0xFFFFFFFF
 FILE_PIECE = 64 * 1024  # a whole file goes out in pieces of this size
-
-
-def wav_header(rate: int, data_bytes: int | None = None) -> bytes:
-    """A 44-byte PCM WAV header; data_bytes None: unknown length (a stream)."""
-    size = UNKNOWN_SIZE if data_bytes is None else data_bytes
-    riff = UNKNOWN_SIZE if data_bytes is None else 36 + data_bytes
-    return (
-        b"RIFF"
-        + struct.pack("<I", riff)
-        + b"WAVEfmt "
-        + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
-        + b"data"
-        + struct.pack("<I", size)
-    )
+DEFAULT_RATE = 22050  # a whole file's rate when no audio was made to tell it
 
 
 class OutcomeSink:
@@ -71,16 +59,19 @@ class AudioResponse(OutcomeSink):
         stream_format: str | None,  # None: one whole file; "audio": bytes; "sse": events
         stall_s: float,
         max_file_s: float,
+        sample_rate: int | None = None,  # None: the voice's own (checked by the caller)
     ) -> None:
         self.request = request
         self.fmt = fmt
+        self.sample_rate = sample_rate
         self.stream_format = stream_format
         self.stall_s = stall_s
         self.max_file_s = max_file_s
         super().__init__(asyncio.get_running_loop())
         self.response: web.StreamResponse | None = None
-        self.rate: int | None = None
-        self.whole = bytearray()  # a whole file's PCM: one buffer, sent in pieces
+        self.output: AudioOutput | None = None  # opened with the first chunk (its rate)
+        self.audio_s = 0.0  # a whole file's audio so far
+        self.whole = bytearray()  # a whole file's encoded bytes: one buffer, sent in pieces
         self.refusal: ApiError | None = None
 
     def refuse(self, error: ApiError) -> None:
@@ -90,16 +81,25 @@ class AudioResponse(OutcomeSink):
             self.refusal = error
 
     # AudioOut: called from a synthesis thread; blocks while the client catches up.
+    # Encoding happens here, on that thread, so the event loop only sends bytes.
     def write(self, pcm: np.ndarray, sample_rate: int) -> bool:
+        first = self.output is None
+        if first:
+            # a whole WAV is PCM behind a header stating its length, written at the end
+            fmt = "pcm" if self.fmt == "wav" and self.stream_format is None else self.fmt
+            self.output = open_output(fmt, sample_rate, self.sample_rate)
         if self.stream_format is None:
             return self._keep(pcm, sample_rate)
-        send = self._send(pcm, sample_rate)
+        data = self.output.write(pcm.astype("<i2").tobytes())
+        if not data and not first:
+            return True  # the codec is filling a frame: nothing to send yet
+        send = self._send(data)
         return deliver(self.loop, send, self.stall_s, self.request.transport, "HTTP client")
 
     def _keep(self, pcm: np.ndarray, rate: int) -> bool:
-        """A whole file's audio, kept until the end (a WAV states its length first)."""
-        self.rate = rate
-        if (len(self.whole) + 2 * len(pcm)) / (2 * rate) > self.max_file_s:
+        """A whole file's audio, encoded as it comes and kept until the end."""
+        assert self.output is not None
+        if self.audio_s + len(pcm) / rate > self.max_file_s:
             self.refuse(
                 ApiError(
                     413,
@@ -109,36 +109,42 @@ class AudioResponse(OutcomeSink):
                 )
             )
             return False  # ends the synthesis
-        self.whole += pcm.astype("<i2").tobytes()
+        self.audio_s += len(pcm) / rate
+        self.whole += self.output.write(pcm.astype("<i2").tobytes())
         return True
 
-    async def _send(self, pcm: np.ndarray, rate: int) -> None:
-        data = pcm.astype("<i2").tobytes()
+    async def _send(self, data: bytes) -> None:
         if self.response is None:
-            self.rate = rate
-            self.response = await self._start(rate)
-            if self.fmt == "wav":
-                data = wav_header(rate) + data
+            self.response = await self._start()
+        if not data:
+            return
         if self.stream_format == "sse":
             event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
             data = f"data: {json.dumps(event)}\n\n".encode()
         await self.response.write(data)
 
-    def _headers(self, rate: int) -> dict[str, str]:
-        if self.stream_format == "sse":
-            content_type = "text/event-stream"
-        else:
-            content_type = "audio/wav" if self.fmt == "wav" else "audio/pcm"
-        return {
-            "Content-Type": content_type,
-            "X-Sample-Rate": str(rate),
-            "X-Audio-Format": "s16le; channels=1",
+    def _rate(self) -> int:
+        """The rate of the audio sent (no audio at all: the rate it would have had)."""
+        if self.output is not None:
+            return self.output.rate
+        return output_rate(self.fmt, DEFAULT_RATE, self.sample_rate)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Content-Type": CONTENT_TYPES[self.fmt],
+            "X-Sample-Rate": str(self._rate()),
             "Cache-Control": "no-store",
             "X-Accel-Buffering": "no",  # proxies: pass audio on as it comes
         }
+        if self.stream_format == "sse":
+            headers["Content-Type"] = "text/event-stream"
+            headers["X-Audio-Content-Type"] = CONTENT_TYPES[self.fmt]  # what the deltas hold
+        if self.fmt in ("wav", "pcm"):
+            headers["X-Audio-Format"] = "s16le; channels=1"
+        return headers
 
-    async def _start(self, rate: int) -> web.StreamResponse:
-        response = web.StreamResponse(headers=self._headers(rate))
+    async def _start(self) -> web.StreamResponse:
+        response = web.StreamResponse(headers=self._headers())
         response.enable_chunked_encoding()
         bound_send_buffer(self.request.transport)
         await response.prepare(self.request)
@@ -162,6 +168,10 @@ class AudioResponse(OutcomeSink):
             self._abort()
             return self.response
         with contextlib.suppress(ConnectionError, RuntimeError):
+            assert self.output is not None
+            tail = self.output.finish()  # the encoder's last frames
+            if tail:
+                await self._send(tail)
             if self.stream_format == "sse":
                 done: dict[str, Any] = {"type": "speech.audio.done"}
                 if failure is not None or warning:
@@ -182,9 +192,12 @@ class AudioResponse(OutcomeSink):
         """The whole file, with its real length, written in pieces as the client takes
         them: no second copy in the connection's buffer, and a client that takes
         nothing is cut off like a stalled stream."""
-        rate = self.rate or 22050
-        header = wav_header(rate, len(self.whole)) if self.fmt == "wav" else b""
-        headers = self._headers(rate)
+        if self.output is not None:
+            self.whole += self.output.finish()
+        header = b""
+        if self.fmt == "wav":
+            header = wav_header(self._rate(), len(self.whole))
+        headers = self._headers()
         del headers["X-Accel-Buffering"]
         self.response = response = web.StreamResponse(headers=headers)
         response.content_length = len(header) + len(self.whole)

@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..encoding import OutputError, check
+
 OPENAI_VOICES = frozenset(
     "alloy ash ballad coral echo fable onyx nova sage shimmer verse marin cedar".split()
 )
@@ -68,6 +70,24 @@ def choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: st
             "unsupported_format" if "format" in key else "bad_request",
         )
     return str(value)
+
+
+def audio_output(
+    data: dict[str, Any], key: str, default: str, query: bool = False
+) -> tuple[str, int | None]:
+    """The format (`key`) and `sample_rate` (None: the voice's own) asked for, checked
+    against what the encoding layer can make; from a query string (`query`) the rate
+    is text."""
+    fmt, rate = data.get(key, default), data.get("sample_rate")
+    if query and isinstance(rate, str):
+        rate = int(rate) if rate.isdigit() and len(rate) < 7 else rate
+    try:
+        check(fmt, rate)
+    except OutputError as exc:
+        if exc.field == "format":
+            raise ApiError(400, exc.message(key), "unsupported_format") from None
+        raise ApiError(400, exc.message(), "bad_request") from None
+    return fmt, rate
 
 
 def speed(data: dict[str, Any]) -> float:

@@ -33,11 +33,11 @@ from . import fields
 from .audio import AudioResponse, OutcomeSink
 from .fields import OPENAI_VOICES, ApiError, error_response
 from .guard import Guard
+from .websocket import SpeechSocket
 
 log = logging.getLogger(__name__)
 
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-FORMATS = ("wav", "pcm")
 STATUS_OF = {  # Refused.code → HTTP status
     "too-long": 413,
     "busy": 429,
@@ -62,6 +62,7 @@ class HttpFrontend(Frontend):
         self.guard = Guard(config)  # origin, body type and time, key, per-client budget
         self._loop = LoopThread("magpie-http")
         self._runner: web.AppRunner | None = None
+        self._sockets = 0  # open speech WebSockets
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -99,6 +100,7 @@ class HttpFrontend(Frontend):
         app.add_routes(
             [
                 web.post("/v1/audio/speech", self.openai_speech),
+                web.get("/v1/audio/speech/ws", self.speech_socket),
                 web.get("/v1/audio/voices", self.voices),
                 web.get("/v1/models", self.models),
                 web.post("/tts", self.tts),
@@ -146,6 +148,11 @@ class HttpFrontend(Frontend):
         if self.host.ready:
             self.host.core.refused(self.name, code)
 
+    def refused(self, request: web.Request, exc: ApiError) -> None:
+        """A refusal answered inside a response (a WebSocket's `Error`): counted, logged."""
+        self._count_refusal(exc.code)
+        self.guard.log_refusal(request, exc)
+
     def _ready(self, request: web.Request) -> Core:
         """The core, once the daemon is ready and the request may use it."""
         if not self.host.ready:
@@ -178,12 +185,13 @@ class HttpFrontend(Frontend):
         model = fields.string(data, "model")
         if model is not None and model not in OPENAI_MODELS and model != "magpie":
             log.debug("model %r: served by the configured voice", model)
-        fmt = fields.choice(data, "response_format", FORMATS, "wav")
+        # mp3 by default, as OpenAI documents; `sample_rate` is Magpie's extension
+        fmt, rate = fields.audio_output(data, "response_format", "mp3")
         stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
         ask = Ask(
             id=new_id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
         )
-        return await self._speak(request, core, ask, fmt, stream_format)
+        return await self._speak(request, core, ask, (fmt, rate), stream_format)
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
         return await self._tts(request, always_stream=False)
@@ -200,7 +208,8 @@ class HttpFrontend(Frontend):
             streamed = True
         else:
             options, streamed = await self._json(request), False
-        fmt = fields.choice(options, "response_format", FORMATS, "wav")
+        # wav by default, as /tts has always answered
+        output = fields.audio_output(options, "response_format", "wav", query=streamed)
         stream = always_stream or fields.flag(options, "stream", query=streamed)
         speaker = fields.speaker(options)
         ask = Ask(
@@ -212,7 +221,7 @@ class HttpFrontend(Frontend):
             speaker=speaker,
         )
         return await self._speak(
-            request, core, ask, fmt, "audio" if stream else None, text_body=streamed
+            request, core, ask, output, "audio" if stream else None, text_body=streamed
         )
 
     async def _speak(
@@ -220,12 +229,13 @@ class HttpFrontend(Frontend):
         request: web.Request,
         core: Core,
         ask: Ask,
-        fmt: str,
+        output: tuple[str, int | None],  # the format and sample rate (None: the voice's)
         stream_format: str | None,
         text_body: bool = False,
     ) -> web.StreamResponse:
         stall_s, max_file_s = self.config.limits.client_stall_s, self.config.http.max_file_audio_s
-        reply = AudioResponse(request, fmt, stream_format, stall_s, max_file_s)
+        fmt, rate = output
+        reply = AudioResponse(request, fmt, stream_format, stall_s, max_file_s, rate)
         try:
             with self.guard.budget(request):
                 if text_body:
@@ -246,6 +256,20 @@ class HttpFrontend(Frontend):
             if reader is not None:
                 reader.cancel()
         return await reply.finish(event)
+
+    async def speech_socket(self, request: web.Request) -> web.StreamResponse:
+        """The speech WebSocket (websocket.py). Each open socket may hold a stream, so
+        no more are open at once than the core has streams, making audio or waiting."""
+        core = self._ready(request)
+        limits = self.config.limits
+        if self._sockets >= limits.max_streams + limits.max_waiting_streams:
+            raise ApiError(429, "too many speech WebSockets open: try again later", "busy")
+        socket = SpeechSocket(self, request, core)  # its options checked: 400 before upgrade
+        self._sockets += 1
+        try:
+            return await socket.serve()
+        finally:
+            self._sockets -= 1
 
     async def _feed_body(
         self, request: web.Request, core: Core, utterance: Utterance, reply: AudioResponse
