@@ -130,6 +130,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
         return run_http_bench(config, levels, rounds=args.rounds)
+    if args.formats:
+        from .bench_formats import run_formats_bench
+
+        return run_formats_bench(config, rounds=args.rounds)
     if args.wyoming:
         from .bench_wyoming import run_wyoming_bench
 
@@ -188,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--wyoming",
         action="store_true",
         help="an LLM token stream through Wyoming streaming, Magpie vs wyoming-piper",
+    )
+    bench.add_argument(
+        "--formats",
+        action="store_true",
+        help="first bytes per audio format and rate against wav, 10 WebSocket clients, "
+        "encoding CPU per second of audio",
     )
     bench.add_argument(
         "--provider",

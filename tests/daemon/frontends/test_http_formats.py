@@ -45,6 +45,7 @@ def formats_daemon(tmp_path_factory, broker, prepared_state):
         http__api_key_file=str(folder / "api-key"),
         http__rate_per_minute="1000",
         limits__client_stall_s="2",
+        limits__stream_idle_s="2",
         engine__workers="2",
     ).start()
     proc.url = f"http://127.0.0.1:{port}"
@@ -205,6 +206,20 @@ def test_socket_clear_stops_and_drops(formats_daemon) -> None:
     assert time.monotonic() - started < 20  # a minute of speech was not all made
 
 
+def test_socket_text_without_flush_is_spoken_then_the_idle_socket_closes(formats_daemon) -> None:
+    async def run() -> tuple[bytes, dict, dict]:
+        async with connect(formats_daemon) as ws:
+            await ws.send(json.dumps({"type": "Speak", "text": "Nobody flushes this."}))
+            audio, warning = await until_event(ws, "Warning")  # limits.stream_idle_s: 2 s
+            _, idle = await until_event(ws, "Warning")
+            await asyncio.wait_for(ws.wait_closed(), 10)
+            return audio, warning, idle
+
+    audio, warning, idle = asyncio.run(run())
+    assert warning["code"] == "stream-idle" and warning["sequence_id"] == 1 and audio
+    assert idle["code"] == "idle"
+
+
 def test_socket_hostile_frames_get_errors_and_the_daemon_serves(formats_daemon, client) -> None:
     async def run() -> list[dict]:
         errors = []
@@ -254,7 +269,11 @@ def test_socket_client_that_never_reads_is_cut_off(formats_daemon, client) -> No
             else b"\xfe" + len(payload).to_bytes(2, "big")
         )
         raw.sendall(b"\x81" + size + b"\0\0\0\0" + payload)  # masked with a zero key
-    time.sleep(8)  # made, not read, the stall limit passes
+    log = formats_daemon.folder / "daemon.log"
+    deadline = time.monotonic() + 30
+    while "WebSocket took nothing" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)  # made, not read: the stall limit passes, it is cut off
+    assert "WebSocket took nothing" in log.read_text()
     raw.settimeout(10)
     received = 0
     while chunk := raw.recv(65536):  # what was buffered, then the end: cut off
