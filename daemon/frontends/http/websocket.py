@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT_ALIASES = {"linear16": "pcm"}  # Deepgram's name for raw 16-bit PCM
+MAX_FLUSHES = 32  # flushes one socket may have waiting (their text is held in memory)
 
 
 def socket_options(query: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -178,11 +179,11 @@ class SpeechSocket:
             elif text:
                 await self._speak(text)
         elif kind == "Flush":
-            self._flush()
+            await self._flush()
         elif kind == "Clear":
             await self._clear()
         elif kind == "Close":
-            self._flush()
+            await self._flush()
             await self._drained()
             return True
         elif kind != "KeepAlive":
@@ -207,11 +208,14 @@ class SpeechSocket:
 
     async def _speak(self, text: str) -> None:
         segment = self._open_segment()
-        if segment.utterance is None:
-            segment.pieces.append(text)  # fed once its turn comes
-            if sum(map(len, segment.pieces)) > self.core.policy.max_chars:  # as the core's
-                segment.pieces.pop()
-                await self.error("too-long", "text over limits.max_text_chars: Flush first")
+        if segment.utterance is None:  # fed once its turn comes: held here till then
+            waiting = sum(len(p) for s in self.segments for p in s.pieces)
+            if waiting + len(text) > self.core.policy.max_chars:  # as the core's own limit
+                if not segment.pieces:  # made for this piece: it has none
+                    self.segments.remove(segment)
+                await self.error("too-long", "text waiting over limits.max_text_chars")
+                return
+            segment.pieces.append(text)
             self.changed.set()
             return
         try:
@@ -219,7 +223,10 @@ class SpeechSocket:
         except Refused as exc:  # this piece is dropped; the flush goes on
             await self.error(exc.code, str(exc))
 
-    def _flush(self) -> None:
+    async def _flush(self) -> None:
+        if len(self.segments) >= MAX_FLUSHES:
+            await self.error("busy", f"more than {MAX_FLUSHES} flushes waiting to be spoken")
+            return
         segment = self._open_segment()
         segment.flushed = True
         if segment.utterance is not None:
@@ -277,9 +284,7 @@ class SpeechSocket:
             with self.frontend.guard.budget(self.request):
                 utterance = self.core.feed_stream(ask, "", False, segment.sink, segment.audio)
         except (Refused, ApiError) as exc:
-            code = exc.code
-            self.frontend.refused(self.request, ApiError(429, str(exc), code))
-            await self.error(code, str(exc), sequence_id=segment.sequence)
+            await self.error(exc.code, str(exc), sequence_id=segment.sequence)
             return None
         segment.utterance = utterance
         pieces, segment.pieces = segment.pieces, []

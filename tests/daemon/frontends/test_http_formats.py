@@ -224,7 +224,9 @@ def test_socket_hostile_frames_get_errors_and_the_daemon_serves(formats_daemon, 
     async def run() -> list[dict]:
         errors = []
         async with connect(formats_daemon, max_size=None) as ws:
-            for frame in ("{not json", b"\x00\x01", '{"type": "Dance"}', '{"type": "Speak"}', "[]"):
+            too_long = json.dumps({"type": "Speak", "text": "word " * 2001})  # > max_text_chars
+            frames = ("{not json", b"\x00\x01", '{"type": "Dance"}', '{"type": "Speak"}', "[]")
+            for frame in (*frames, too_long):
                 await ws.send(frame)
                 errors.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
             await ws.send(json.dumps({"type": "Speak", "text": "x" * 300_000}))  # over the limit
@@ -233,8 +235,9 @@ def test_socket_hostile_frames_get_errors_and_the_daemon_serves(formats_daemon, 
         return errors
 
     errors = asyncio.run(run())
-    assert [e["type"] for e in errors] == ["Error"] * 5
+    assert [e["type"] for e in errors] == ["Error"] * 6
     assert [e["code"] for e in errors[:3]] == ["bad_json", "bad_message", "bad_message"]
+    assert errors[-1]["code"] == "too-long"
     for query, status in (("?encoding=ogg", 400), ("?sample_rate=100", 400), ("?voice=nope", 400)):
         with pytest.raises(websockets.InvalidStatus) as refused:
             asyncio.run(connect(formats_daemon, query).__aenter__())
