@@ -257,6 +257,14 @@ class SpeechSocket:
     # -- speaking, one flush after another ----------------------------------------------------
 
     async def _run(self) -> None:
+        try:
+            await self._speak_flushes()
+        except Exception:  # a bug here must not leave the client waiting on a dead socket
+            log.exception("speech WebSocket failed")
+            await self.event("Error", code="internal", description="internal error")
+            await self.ws.close(code=1011)
+
+    async def _speak_flushes(self) -> None:
         while True:
             segment = self.segments[0] if self.segments else None
             if segment is None or not (segment.pieces or segment.flushed):
