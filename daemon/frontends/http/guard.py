@@ -75,7 +75,9 @@ class Guard:
         origin = request.headers.get("Origin")
         if origin is not None and origin.rstrip("/").lower() in self.allowed_origins:
             response.headers["Access-Control-Allow-Origin"] = origin
-            response.headers["Access-Control-Expose-Headers"] = "Retry-After, X-Sample-Rate"
+            response.headers["Access-Control-Expose-Headers"] = (
+                "Retry-After, X-Sample-Rate, X-Audio-Content-Type"
+            )
             response.headers["Vary"] = "Origin"
 
     def _json_body(self, request: web.Request) -> bool:
