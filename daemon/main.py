@@ -126,6 +126,7 @@ def _serve(
         if reload.is_set():
             reload.clear()
             _reload(config_path)
+        service.registry.retry_primary()  # a voice that did not load: again, in time
         if service.healthy:
             notifier.watchdog()
             notifier.status(status_line(service))

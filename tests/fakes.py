@@ -57,7 +57,10 @@ class FakeSynth:
 
 class FakeRegistry:
     def __init__(self, synth: FakeSynth) -> None:
+        from magpie_tts.daemon.core.failover import Failover, FailoverPolicy
+
         self.synth = synth
+        self.failover = Failover(None, FailoverPolicy())
 
     def check(self, name: str | None) -> FakeSynth:
         if name not in (None, "fake"):

@@ -81,6 +81,9 @@ class MqttFrontend(Frontend):
             self._publish_error(problem, "audio", None, None)
         self.publish_status()
 
+    def health_changed(self) -> None:
+        self.publish_status()
+
     # -- out -------------------------------------------------------------------------------
 
     def publish_status(self) -> None:
