@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 
 import httpx
 import pytest
+from magpie_tts.engine import load_voice
 from magpie_tts.tools.faults import corrupt_voice, faulty_voice
 
 from ..harness import free_port, make_daemon
@@ -56,7 +58,14 @@ def metric(client: httpx.Client, name: str) -> float:
 @pytest.fixture(scope="module")
 def corrupt_daemon(tmp_path_factory, broker, prepared_state):
     folder = tmp_path_factory.mktemp("corrupt")
-    proc = start(folder, broker, prepared_state, corrupt_voice(folder / "voices"))
+    proc = start(
+        folder,
+        broker,
+        prepared_state,
+        corrupt_voice(folder / "voices"),
+        engine__fallback_probe_s="2",
+    )
+    proc.voice = folder / "voices" / "en_US-corrupt-medium.onnx"
     yield proc
     proc.client.close()
     proc.stop()
@@ -92,6 +101,18 @@ def test_a_corrupt_primary_starts_degraded_on_the_fallback(corrupt_daemon, probe
     assert metric(client, "magpie_on_fallback") == 1 and metric(client, "magpie_healthy") == 0
     assert len(speech(client, CLEAN)) > 22050 * 0.5  # it speaks, with the fallback
     assert "did not load" in corrupt_daemon.log()
+
+
+def test_a_primary_that_loads_again_is_the_default_again(corrupt_daemon) -> None:
+    client = corrupt_daemon.client
+    shutil.copy(load_voice().model_path, corrupt_daemon.voice)  # the operator fixes it
+    deadline = time.monotonic() + 90
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/health").json()
+        time.sleep(0.5)
+    assert metric(client, "magpie_on_fallback") == 0
+    assert len(speech(client, CLEAN)) > 22050 * 0.5
+    assert "loaded: no longer on the fallback" in corrupt_daemon.log()
 
 
 def test_an_engine_error_mid_utterance_completes_on_the_fallback(faulty_daemon) -> None:
