@@ -31,6 +31,8 @@ class _Section(BaseModel):
 
 
 class MqttConfig(_Section):
+    # false: no broker (a network-only replica behind a load balancer: HTTP, Wyoming)
+    enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(1883, ge=1, le=65535)
     client_id: str = "magpie-tts"

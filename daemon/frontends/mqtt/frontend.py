@@ -54,6 +54,10 @@ class MqttFrontend(Frontend):
             config.mqtt, self.topics, self._on_message, self._on_connected, offline_status
         )
 
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        return config.mqtt.enabled
+
     def start(self) -> None:
         self.link.start()
 
