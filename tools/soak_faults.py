@@ -309,6 +309,13 @@ class FaultSoak:
             "rss_end_mb": round(end_kb / 1024, 1),
             "rss_slope_mb_per_hour": round(slope_mb_per_hour(self.rss), 1),
             "rss_samples": len(self.rss),
+            # the second half alone: warm-up growth (arenas, caches) levels off, a leak not
+            "rss_slope_second_half_mb_per_hour": round(
+                slope_mb_per_hour(self.rss[len(self.rss) // 2 :]), 1
+            ),
+            "rss_mb_by_minute": [
+                round(kb / 1024, 1) for t, kb in self.rss if (t - self.rss[0][0]) % 60 < 5
+            ],
             "alive": self.daemon.alive(),
         }
 
@@ -335,7 +342,8 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"faults: {json.dumps(faults)}")
     lines.append(
         f"RSS {result['rss_start_mb']} → {result['rss_end_mb']} MB over {result['seconds']} s "
-        f"({result['rss_samples']} samples), slope {result['rss_slope_mb_per_hour']} MB/h; "
+        f"({result['rss_samples']} samples), slope {result['rss_slope_mb_per_hour']} MB/h "
+        f"({result['rss_slope_second_half_mb_per_hour']} MB/h over the second half); "
         f"daemon alive: {result['alive']}"
     )
     return "\n".join(lines)

@@ -51,7 +51,7 @@ class Clock:
         return self.now
 
 
-def run(failover: Failover, synth: Any, units: list[str]) -> list[AudioChunk]:
+def run(failover: Failover, synth: Any, units: Any) -> list[AudioChunk]:
     return list(failover.stream(synth, units, SynthesisOptions(), StopToken()))
 
 
@@ -140,3 +140,20 @@ def test_without_a_fallback_synthesis_is_the_voice_alone() -> None:
     synth = FakeSynth()
     chunks = list(Failover(None, FailoverPolicy()).stream(synth, ["a"], None, StopToken()))
     assert synth.spoken == ["a"] and len(chunks) == 1
+
+
+def test_a_stream_of_units_goes_on_from_its_source_after_the_failure() -> None:
+    """Units that arrive as a stream (Wyoming, HTTP text bodies): the unit that failed is
+    made again, then the source goes on feeding the fallback."""
+    pulled: list[str] = []
+
+    def arriving():
+        for unit in ["a", "b", "c", "d"]:
+            pulled.append(unit)
+            yield unit
+
+    primary, fallback = Units("primary", fail_at=(1, 0)), Units("fallback")
+    chunks = run(Failover(fallback, FailoverPolicy()), primary, arriving())
+    assert [c.clause_index for c in chunks] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [int(c.pcm[0]) for c in chunks[::3]] == [1, 2, 3, 4]
+    assert pulled == ["a", "b", "c", "d"]  # each pulled once from the source
