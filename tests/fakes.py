@@ -69,6 +69,9 @@ class FakeRegistry:
 
     get = check
 
+    def problems(self) -> list[str]:
+        return []  # no voice on its fallback
+
 
 class FakePlayer:
     """Plays each chunk for `chunk_s` seconds (interruptible), like a paced device."""
