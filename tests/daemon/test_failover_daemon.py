@@ -80,7 +80,7 @@ def faulty_daemon(tmp_path_factory, broker, prepared_state):
         prepared_state,
         faulty_voice(prepared_state / "faulty-voice"),
         engine__fallback_after_failures="3",
-        engine__fallback_probe_s="4",
+        engine__fallback_probe_s="10",  # room for a slow machine between checks
     )
     yield proc
     proc.client.close()
@@ -156,7 +156,7 @@ def test_repeated_failures_set_the_voice_aside_then_it_is_probed(faulty_daemon, 
         client, 'magpie_engine_failures_total{outcome="retried",voice="en_US-faulty-medium"}'
     )
     assert after == before
-    time.sleep(4.5)  # engine.fallback_probe_s
+    time.sleep(10.5)  # engine.fallback_probe_s
     speech(client, CLEAN)  # the probe: the primary speaks it, and is back
     assert client.get("/health").status_code == 200
     assert (
