@@ -31,6 +31,8 @@ class _Section(BaseModel):
 
 
 class MqttConfig(_Section):
+    # false: no broker (a network-only replica behind a load balancer: HTTP, Wyoming)
+    enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(1883, ge=1, le=65535)
     client_id: str = "magpie-tts"
@@ -105,6 +107,19 @@ class EngineSection(_Section):
     max_clause_words: int = Field(DEFAULT_MAX_WORDS, ge=3, le=200)
     # 0: the first clause is not shortened
     first_clause_words: int = Field(DEFAULT_FIRST_WORDS, ge=0, le=200)
+    # Fallback (docs/operations.md, "Degraded"): a Piper voice (a path, an installed voice
+    # package's name or a voice's name) to start on when `voice` does not load, and to go
+    # on with when a synthesis fails. Unset: the voice itself on `fallback_provider`, only
+    # where it runs on a GPU; otherwise no fallback (a second copy would fail alike).
+    fallback_voice: str | None = None
+    fallback_provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "cpu"
+    fallback_int8: Literal["auto", "fp32", "int8"] = "fp32"
+    # This many synthesis failures of a voice within fallback_window_s set it aside: every
+    # utterance goes to the fallback until fallback_probe_s later, when the next one tries
+    # it again (a voice that did not load is loaded again then, in the background).
+    fallback_after_failures: int = Field(3, ge=1, le=1000)
+    fallback_window_s: float = Field(60.0, gt=0)
+    fallback_probe_s: float = Field(300.0, gt=0)
 
     @field_validator("schedule")
     @classmethod

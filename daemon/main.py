@@ -113,7 +113,8 @@ def _serve(
     if config.selftest.audible and config.selftest.enabled:
         service.core.say_local("Magpie is ready.")
     notifier.ready(status_line(service))
-    log.info("serving on %s (pid %d)", config.mqtt.base_topic, os.getpid())
+    names = ", ".join(frontend.name for frontend in service.frontends)
+    log.info("serving %s (pid %d)", names, os.getpid())
     interval = notifier.watchdog_s / 2 if notifier.watchdog_s else 5.0
     service.stale_s = max(2.0, notifier.watchdog_s or 10.0)
     if os.environ.get("MAGPIE_TTS_TEST_HOOKS") == "1":
@@ -126,6 +127,7 @@ def _serve(
         if reload.is_set():
             reload.clear()
             _reload(config_path)
+        service.registry.retry_primary()  # a voice that did not load: again, in time
         if service.healthy:
             notifier.watchdog()
             notifier.status(status_line(service))

@@ -49,11 +49,23 @@ class Metrics:
             ["frontend", "kind"],
             registry=self.registry,
         )
+        self.engine_failures = Counter(
+            "magpie_engine_failures",
+            "Synthesis failures of a voice by what followed: retried (on the fallback, from "
+            "the unit that failed), failed (the fallback too), set_aside, restored",
+            ["voice", "outcome"],
+            registry=self.registry,
+        )
         self.cached_audio = Counter(
             "magpie_cached_audio_seconds",
             "Audio served from the phrase cache",
             registry=self.registry,
         )
+
+    def failover(self, voice: str, what: str) -> None:
+        """A voice's synthesis failed ("retried" on the fallback, "failed": the fallback
+        too), or it was set aside / restored (core/failover.py)."""
+        self.engine_failures.labels(voice, what).inc()
 
     def gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
         """A value read at scrape time (queue depth, active streams, xruns, …)."""

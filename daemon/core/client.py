@@ -28,7 +28,8 @@ def stream_to_client(core: Core, utterance: Utterance) -> None:
     units = utterance.pending_units(core.limits.stream_idle_s, lambda: utterance.stop.stopped)
     if utterance.stream is not None:
         units = core.slots.paced(utterance, units)  # a slot only while making audio
-    chunks = synth.stream_clauses(
+    chunks = core.registry.failover.stream(
+        synth,
         units,
         SynthesisOptions(speed=ask.speed, speaker=ask.speaker),
         utterance.stop,

@@ -81,6 +81,8 @@ class RegistryPort(Protocol):
     def get(self, name: str | None) -> Any: ...  # a StreamingSynthesizer
     def check(self, name: str | None) -> Any: ...  # raises VoiceError for unknown voices
 
+    failover: Any  # failover.Failover: what synthesis retries on, and each voice's health
+
 
 @dataclass(frozen=True)
 class CoreLimits:

@@ -107,7 +107,8 @@ class Speaker:
         options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
         units = utterance.pending_units(core.limits.stream_idle_s, lambda: utterance.stop.stopped)
         tally = Tally()
-        chunks = synth.stream_clauses(
+        chunks = core.registry.failover.stream(
+            synth,
             units,
             options,
             utterance.stop,

@@ -81,6 +81,9 @@ class Frontend:
     def audio_changed(self, problem: str | None) -> None:
         """The speaker's audio device failed (`problem`) or recovered (None)."""
 
+    def health_changed(self) -> None:
+        """The daemon went onto its fallback voice or back (status shows it)."""
+
     def status(self) -> dict[str, Any]:
         """This frontend's part of the daemon's status."""
         return {}

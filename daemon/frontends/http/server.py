@@ -108,6 +108,8 @@ class HttpFrontend(Frontend):
                 web.post("/v1/say", self.say),
                 web.post("/v1/stop", self.stop_speech),
                 web.get("/health", self.health),
+                web.get("/health/live", self.live),
+                web.get("/health/ready", self.readiness),
                 web.get("/metrics", self.metrics),
             ]
         )
@@ -393,6 +395,22 @@ class HttpFrontend(Frontend):
             body["degraded"] = status.get("degraded", "a worker thread is stuck")
             return web.json_response(body, status=503)
         return web.json_response(body)
+
+    async def live(self, request: web.Request) -> web.StreamResponse:
+        """Liveness (a supervisor restarts on 503): no worker thread is stuck. Loading and
+        degraded (on the fallback voice) are alive: a restart would not cure them."""
+        if self.host.ready and not self.host.healthy:
+            return web.json_response({"state": "stuck"}, status=503)
+        return web.json_response({"state": "alive"})
+
+    async def readiness(self, request: web.Request) -> web.StreamResponse:
+        """Readiness (a load balancer sends requests on 200): loaded and serving, degraded
+        included: a replica on its fallback voice still speaks, and taking every degraded
+        replica out could leave none. /health says 503 for degraded, for alerts."""
+        if not self.host.ready or not self.host.healthy:
+            state = "loading" if not self.host.ready else "stuck"
+            return web.json_response({"state": state}, status=503)
+        return web.json_response({"state": "ready", "health": self.host.status()["health"]})
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         if not self.host.ready:

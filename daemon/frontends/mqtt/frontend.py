@@ -54,6 +54,10 @@ class MqttFrontend(Frontend):
             config.mqtt, self.topics, self._on_message, self._on_connected, offline_status
         )
 
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        return config.mqtt.enabled
+
     def start(self) -> None:
         self.link.start()
 
@@ -79,6 +83,9 @@ class MqttFrontend(Frontend):
     def audio_changed(self, problem: str | None) -> None:
         if problem is not None:
             self._publish_error(problem, "audio", None, None)
+        self.publish_status()
+
+    def health_changed(self) -> None:
         self.publish_status()
 
     # -- out -------------------------------------------------------------------------------
