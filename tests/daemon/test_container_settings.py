@@ -80,7 +80,8 @@ def test_the_daemon_serves_as_the_image_runs_it(tmp_path: Path) -> None:
                     pass
                 assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()
                 time.sleep(0.3)
-            speech = client.post("/v1/audio/speech", json={"input": "Hello from the image."})
+            ask = {"input": "Hello from the image.", "response_format": "wav"}
+            speech = client.post("/v1/audio/speech", json=ask)
             assert speech.status_code == 200 and len(speech.content) > 22050
     finally:
         proc.terminate()

@@ -25,7 +25,6 @@ from aiohttp import web
 from magpie_tts.daemon.config import Config
 from magpie_tts.daemon.core.core import Core
 from magpie_tts.daemon.core.utterance import PRIORITIES, Ask, Refused, Utterance, new_id
-from magpie_tts.daemon.metrics import CONTENT_TYPE
 
 from ..base import Frontend, Host
 from ..loop_thread import LoopThread
@@ -33,6 +32,7 @@ from . import fields
 from .audio import AudioResponse, OutcomeSink
 from .fields import OPENAI_VOICES, ApiError, error_response
 from .guard import Guard
+from .health import HealthRoutes
 from .websocket import SpeechSocket
 
 log = logging.getLogger(__name__)
@@ -107,10 +107,7 @@ class HttpFrontend(Frontend):
                 web.post("/tts/stream", self.tts_stream),
                 web.post("/v1/say", self.say),
                 web.post("/v1/stop", self.stop_speech),
-                web.get("/health", self.health),
-                web.get("/health/live", self.live),
-                web.get("/health/ready", self.readiness),
-                web.get("/metrics", self.metrics),
+                *HealthRoutes(self.host).routes(),
             ]
         )
         return app
@@ -377,42 +374,3 @@ class HttpFrontend(Frontend):
                 ],
             }
         )
-
-    async def health(self, request: web.Request) -> web.StreamResponse:
-        if not self.host.ready:
-            return web.json_response({"state": "loading"}, status=503)
-        status = self.host.status()
-        body = {
-            "state": "ready",
-            "health": status["health"],
-            "version": self.host.version,
-            "provider": status["provider"],
-            "precision": status["precision"],
-            "selftest": status.get("selftest"),
-        }
-        if status["health"] != "ok" or not self.host.healthy:
-            body["state"] = "degraded"
-            body["degraded"] = status.get("degraded", "a worker thread is stuck")
-            return web.json_response(body, status=503)
-        return web.json_response(body)
-
-    async def live(self, request: web.Request) -> web.StreamResponse:
-        """Liveness (a supervisor restarts on 503): no worker thread is stuck. Loading and
-        degraded (on the fallback voice) are alive: a restart would not cure them."""
-        if self.host.ready and not self.host.healthy:
-            return web.json_response({"state": "stuck"}, status=503)
-        return web.json_response({"state": "alive"})
-
-    async def readiness(self, request: web.Request) -> web.StreamResponse:
-        """Readiness (a load balancer sends requests on 200): loaded and serving, degraded
-        included: a replica on its fallback voice still speaks, and taking every degraded
-        replica out could leave none. /health says 503 for degraded, for alerts."""
-        if not self.host.ready or not self.host.healthy:
-            state = "loading" if not self.host.ready else "stuck"
-            return web.json_response({"state": state}, status=503)
-        return web.json_response({"state": "ready", "health": self.host.status()["health"]})
-
-    async def metrics(self, request: web.Request) -> web.StreamResponse:
-        if not self.host.ready:
-            raise ApiError(503, "loading: the voice is not ready yet", "loading")
-        return web.Response(body=self.host.metrics_text(), headers={"Content-Type": CONTENT_TYPE})
