@@ -188,6 +188,10 @@ def make_daemon(
         "engine__seed": str(SEED),  # the same audio every run
         "wyoming__enabled": "false",  # a test that needs it sets a free port
         "http__enabled": "false",
+        # Tests compare what the speaker played: no earcon ahead of slow speech on a busy
+        # machine (test_earcon.py turns it on), and the lanes of old unless asked for.
+        "audio__earcon": "false",
+        "engine__workers": "0",
     }
     env = daemon_env(folder, port, state_dir, **{**defaults, **settings})
     env.pop("NOTIFY_SOCKET", None)
