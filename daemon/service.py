@@ -78,7 +78,11 @@ class Service:
     def load(self) -> None:
         """Load and warm the default voice (EngineError when it cannot be loaded), and
         size admission by its measured speed (core/capacity.py)."""
-        synth = self.registry.load()
+        self.measure_capacity(self.registry.load())
+
+    def measure_capacity(self, synth: Any) -> None:
+        """Size client admission by the voice's measured speed (core/capacity.py); again
+        whenever the default voice's graphs change (an INT8 switch)."""
         try:
             speed = measured_speed(synth)
         except (AttributeError, TypeError, ZeroDivisionError) as exc:  # nothing measured
