@@ -13,6 +13,7 @@ from magpie_tts.engine import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_MAX_WORDS,
     DEFAULT_SCHEDULE,
+    usable_cores,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -267,7 +268,7 @@ def resolved_workers(config: Config, cores: int | None = None) -> int:
     workers = config.engine.workers
     if workers != "auto":
         return int(workers)
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or usable_cores()
     cores = min(cores, config.engine.threads or cores)  # the threads it may use
     serves = any(
         getattr(getattr(config, name, None), "enabled", False) for name in CONCURRENT_FRONTENDS

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,11 +46,20 @@ def measured_speed(synth: StreamingSynthesizer) -> Speed:
     per_frame = synth.decoder.lane_rtf(lane) or 0.0
     first_window = (synth.config.schedule[0] + 2 * synth.context) * synth.decoder.frame_s
     first_turn = synth.frontend_s_per_char[lane] * FIRST_UNIT_CHARS + per_frame * first_window
-    return Speed(tuple(speeds), first_turn, _cores())
+    return Speed(tuple(speeds), first_turn, usable_cores())
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, and a container's CPU quota
+    (cgroup v2 cpu.max, e.g. a Kubernetes limit of 1.5 CPUs: 1), whichever is less."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return cores
