@@ -191,6 +191,7 @@ def run_http_bench(config: Any, levels: list[int], rounds: int) -> int:
                     )
         for name, pid in pids.items():
             memory[name]["peak"] = _rss_mb(pid)["VmHWM"]
+            capacity[name]["limit_after"] = _health(systems[name][0])["capacity"]["limit"]
     finally:
         stop_all(procs)
     print(_capacity_lines(capacity, config))
@@ -204,7 +205,8 @@ def _capacity_lines(capacity: dict[str, dict[str, Any]], config: Any) -> str:
     lines = []
     for name, shown in capacity.items():
         lines.append(
-            f"{name}: admits {shown['limit']} streams at once ({shown['source']}: "
+            f"{name}: admits {shown['limit']} streams at once "
+            f"({shown.get('limit_after', '-')} after the rounds; {shown['source']}: "
             f"{shown.get('real_time_streams')} real-time streams on {shown.get('lanes')} "
             f"lane(s), lane RTF {shown.get('lane_rtf')}; first-audio budget "
             f"{shown.get('first_audio_budget_ms', 0)} ms)"

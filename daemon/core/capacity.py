@@ -7,12 +7,16 @@ Both come from measured speed, not fixed numbers (the warm-up's, engine/stream/s
   side, but never more than the cores can run (each lane's threads spin on a core):
 
       throughput = min(Σ 1/rtf_lane,  cores / mean(rtf_lane × threads_lane))
-      capacity   = floor(SAFETY × throughput)
+      capacity   = floor(SAFETY × throughput / slowdown)
 
   SAFETY leaves room for what the warm-up's largest windows do not pay: first turns
   (a first unit's frontend with its seam words, a 16-frame window with its context),
-  encoding, the event loop and a machine shared with other work. An integer
-  `limits.max_streams` caps it. Past it a request is refused at once (`busy`).
+  encoding, the event loop and a machine shared with other work. `slowdown` is how
+  much slower first turns run now than at warm-up (the engine's moving average of the
+  first turns measured live, against the warm-up's estimate), counted past a 1.25
+  dead band (their spread on an idle machine): a CPU starved by other work admits
+  fewer. An integer `limits.max_streams` caps it. Past it a request is refused at once
+  (`busy`).
 - **Shedding** (`limits.first_audio_budget_ms`). A new utterance's first audio waits
   for the first turns ahead of it (streams with no audio yet; the speaker's come first)
   on the lanes, slowed by the compute the started streams take to stay real-time:
@@ -21,8 +25,8 @@ Both come from measured speed, not fixed numbers (the warm-up's, engine/stream/s
       load        = started streams / (throughput / slowdown)
 
   `first_turn` is the live measure (the engine's moving average of first turns) where
-  there is one, else the warm-up's; `slowdown` is how much slower first turns run now
-  than at warm-up (a CPU starved by other work). A request that would miss the budget
+  there is one, else the warm-up's; `slowdown` as above (without the dead band). A
+  request that would miss the budget
   is refused at once, unless it is never shed: an alert, or a `normal` utterance for
   the speaker (which gets the earcon instead, speaker.py); clients and `low` speaker
   utterances are shed.
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from magpie_tts.engine import Speed
 
 SAFETY = 0.6
+DEAD_BAND = 1.25  # first turns this much slower than at warm-up still count as its speed
 # Before the voice is measured (and when it cannot be): the fixed limit of old.
 UNMEASURED = 8
 MAX_STREAMS = 256
@@ -54,9 +59,16 @@ def throughput(speed: Speed) -> float:
     return min(side_by_side, speed.cores / cpu_per_stream)
 
 
-def stream_capacity(speed: Speed, cap: int | None = None) -> int:
-    capacity = max(1, min(MAX_STREAMS, math.floor(SAFETY * throughput(speed))))
+def stream_capacity(speed: Speed, cap: int | None = None, slowdown: float = 1.0) -> int:
+    capacity = max(1, min(MAX_STREAMS, math.floor(SAFETY * throughput(speed) / slowdown)))
     return capacity if cap is None else min(cap, capacity)
+
+
+def slowdown(speed: Speed, first_turn_s: float | None) -> float:
+    """How much slower first turns run now than at warm-up (1: not slower)."""
+    if not first_turn_s or speed.first_turn_s <= 0:
+        return 1.0
+    return max(1.0, first_turn_s / speed.first_turn_s)
 
 
 @dataclass(frozen=True)
@@ -71,10 +83,8 @@ def predicted_first_s(
     speed: Speed, load: Load, for_speaker: bool, first_turn_s: float | None = None
 ) -> float:
     """Seconds until a new utterance's first audio under `load` (inf: never in time)."""
-    warm_turn = speed.first_turn_s
-    turn = first_turn_s if first_turn_s else warm_turn
-    slowdown = max(1.0, turn / warm_turn) if warm_turn > 0 else 1.0
-    capacity = throughput(speed) / slowdown
+    turn = first_turn_s or speed.first_turn_s
+    capacity = throughput(speed) / slowdown(speed, first_turn_s)
     if capacity <= 0:
         return math.inf
     busy = load.started / capacity
@@ -93,17 +103,23 @@ class Capacity:
         self.cap = cap  # None: "auto"
         self.budget_s = budget_ms / 1000.0  # 0: no shedding
         self.speed: Speed | None = None
-        self.limit = cap if cap is not None else UNMEASURED
         self.live_first_turn: Callable[[], float | None] = lambda: None
         self.shed = 0  # requests refused by the budget
         self._lock = threading.Lock()
 
     def measure(self, speed: Speed, live_first_turn: Callable[[], float | None]) -> int:
-        self.speed = speed
-        self.live_first_turn = live_first_turn
         if throughput(speed) > 0:
-            self.limit = stream_capacity(speed, self.cap)
+            self.speed = speed
+            self.live_first_turn = live_first_turn
         return self.limit
+
+    @property
+    def limit(self) -> int:
+        """Client streams admitted at once now."""
+        if self.speed is None:
+            return self.cap if self.cap is not None else UNMEASURED
+        slower = slowdown(self.speed, self.live_first_turn())
+        return stream_capacity(self.speed, self.cap, slower if slower > DEAD_BAND else 1.0)
 
     def describe(self) -> dict[str, float | int | str]:
         """Status and /health: the limit and where it comes from."""

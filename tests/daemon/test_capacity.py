@@ -67,6 +67,18 @@ def test_a_starved_cpu_measured_live_lowers_what_fits() -> None:
     assert predicted_first_s(fast, Load(5, 0), False, first_turn_s=0.2) == math.inf
 
 
+def test_a_starved_cpu_admits_fewer_streams() -> None:
+    live: list[float | None] = [None]
+    capacity = Capacity(None)
+    capacity.measure(speed(0.1, 0.1, first_turn_s=0.05), lambda: live[0])
+    assert capacity.limit == 12  # no first turn measured yet: the warm-up's speed
+    live[0] = 0.06  # within the spread of an idle machine
+    assert capacity.limit == 12
+    live[0] = 0.1  # first turns take twice as long: half the streams
+    assert capacity.limit == 6
+    assert Capacity(4).limit == 4 and stream_capacity(speed(0.1, 0.1), 4, 3.0) == 4
+
+
 def test_who_is_shed_alerts_and_normal_speaker_utterances_never() -> None:
     capacity = Capacity(None, budget_ms=100)
     capacity.measure(speed(0.1, 0.1, first_turn_s=0.05), lambda: None)
