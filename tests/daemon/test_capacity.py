@@ -164,3 +164,40 @@ def test_numbers_or_auto_from_the_environment(tmp_path) -> None:
     for key, value in (("LIMITS__MAX_STREAMS", "0"), ("ENGINE__WORKERS", "many")):
         with pytest.raises(ConfigError):
             load_config(path, {f"MAGPIE_TTS_{key}": value})
+
+
+def test_wyoming_hears_busy_when_shed() -> None:
+    """Home Assistant's protocol (in-process, the wyoming package's framing): a request
+    over the budget gets an `error` coded `busy`, and the connection goes on serving."""
+    import asyncio
+    import socket
+
+    from magpie_tts.daemon.frontends.wyoming.server import WyomingConnection, WyomingFrontend
+    from wyoming.event import async_read_event, async_write_event
+    from wyoming.tts import Synthesize
+
+    from ..fakes import FakeHost
+
+    core = fake_core(FakeSynth(), max_streams=None, first_audio_budget_ms=100)
+    core.capacity.measure(speed(0.1, 0.1, first_turn_s=0.3), lambda: None)
+    frontend = WyomingFrontend(Config(), FakeHost(core))
+
+    async def go() -> list[str]:
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=ours)
+        served = asyncio.ensure_future(WyomingConnection(frontend, reader, writer).run())
+        client_reader, client_writer = await asyncio.open_connection(sock=theirs)
+        codes = []
+        for _ in range(2):  # refused, and refused again: nothing stalls or breaks
+            await async_write_event(Synthesize(text="Hello there.").event(), client_writer)
+            event = await asyncio.wait_for(async_read_event(client_reader), 5)
+            assert event is not None and event.type == "error", event
+            codes.append(event.data["code"])
+        client_writer.close()
+        await asyncio.wait_for(served, 5)
+        return codes
+
+    try:
+        assert asyncio.run(go()) == ["busy", "busy"]
+    finally:
+        core.shutdown()
