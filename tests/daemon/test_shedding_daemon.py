@@ -24,6 +24,7 @@ def shedding_daemon(tmp_path_factory, broker, prepared_state):
         http__enabled="true",
         http__port=str(port),
         engine__workers="auto",  # the default: lanes for a network frontend on 2+ cores
+        limits__max_streams="auto",  # the defaults (the harness fixes them for other tests)
         limits__first_audio_budget_ms="1",
     ).start()
     proc.url = f"http://127.0.0.1:{port}"
