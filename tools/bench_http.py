@@ -99,12 +99,12 @@ def start_http_magpie(
 
 def _health(url: str) -> dict[str, Any]:
     import json
+    import urllib.error
     import urllib.request
 
-    import urllib.error
-
+    health = url.replace("/v1/audio/speech", "/health")
     try:
-        with urllib.request.urlopen(url.replace("/v1/audio/speech", "/health"), timeout=10) as reply:
+        with urllib.request.urlopen(health, timeout=10) as reply:
             return json.load(reply)
     except urllib.error.HTTPError as exc:  # 503 degraded (a busy host's self-test): same body
         return json.load(exc)
