@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from magpie_tts.engine import VoiceSummary
+from magpie_tts.engine import VoiceSummary, measured_speed
 
 from . import VERSION
 from .config import Config
@@ -52,8 +52,10 @@ class Service:
                 limits.max_queue,
                 limits.rate_per_minute,
                 limits.stream_idle_s,
-                limits.max_streams,
+                limits.stream_cap,
                 limits.max_waiting_streams,
+                limits.first_audio_budget_ms,
+                config.audio.earcon_after_ms / 1000 if config.audio.earcon else None,
             ),
             monitor=self,
             on_refused=self.metrics.refused,
@@ -74,8 +76,28 @@ class Service:
         self._start(f for f in self.frontends if f.answers_while_loading)
 
     def load(self) -> None:
-        """Load and warm the default voice (EngineError when it cannot be loaded)."""
-        self.registry.load()
+        """Load and warm the default voice (EngineError when it cannot be loaded), and
+        size admission by its measured speed (core/capacity.py)."""
+        self.measure_capacity(self.registry.load())
+
+    def measure_capacity(self, synth: Any) -> None:
+        """Size client admission by the voice's measured speed (core/capacity.py); again
+        whenever the default voice's graphs change (an INT8 switch)."""
+        try:
+            speed = measured_speed(synth)
+        except (AttributeError, TypeError, ZeroDivisionError) as exc:  # nothing measured
+            log.warning("stream capacity not measured (%s): %d", exc, self.core.capacity.limit)
+            return
+        limit = self.core.capacity.measure(speed, lambda: synth.first_turn_s)
+        shown = self.core.capacity.describe()
+        log.info(
+            "stream capacity %d (%s: %s real-time streams on %s lane(s), lane RTF %s)",
+            limit,
+            "capped" if limit == self.config.limits.stream_cap else "measured",
+            shown.get("real_time_streams"),
+            shown.get("lanes"),
+            shown.get("lane_rtf"),
+        )
 
     def start(self) -> None:
         """Start the player, the core and the other frontends, then serve. If one cannot
@@ -157,6 +179,7 @@ class Service:
             },
             **self.core.stats.summary(),
             "streams": {"active": self.core.active_streams, **self.core.client_stats.summary()},
+            "capacity": {**self.core.capacity.describe(), "shed": self.core.capacity.shed},
         }
         cache = synth.phrase_cache
         if cache is not None:
@@ -197,6 +220,11 @@ class Service:
         core = self.core
         gauge("magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(core.queue))
         gauge("magpie_active_streams", "Audio streams to clients now", lambda: core.active_streams)
+        gauge(
+            "magpie_stream_capacity",
+            "Client streams admitted at once (measured from the voice's speed, or capped)",
+            lambda: core.capacity.limit,
+        )
         gauge("magpie_speaking", "1 while the speaker plays", lambda: float(bool(core.speaking)))
         gauge(
             "magpie_voices_loaded",

@@ -37,6 +37,7 @@ class HealthRoutes:
             "provider": status["provider"],
             "precision": status["precision"],
             "selftest": status.get("selftest"),
+            "capacity": status.get("capacity"),  # client streams admitted at once
         }
         if status["health"] != "ok" or not self.host.healthy:
             body["state"] = "degraded"
