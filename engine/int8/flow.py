@@ -81,6 +81,7 @@ def prepare_flow(
     int8: ChunkedDecoder,
     texts: tuple[str, ...] = CALIBRATION_TEXTS,
     gate_texts: tuple[str, ...] = GATE_TEXTS,
+    expander: bool = True,
 ) -> dict[str, Any]:
     """Quantize the flow's convolutions and keep the result only if every gate sentence
     keeps its exact length, the whole INT8 path stays within the decoder's bounds against
@@ -102,7 +103,7 @@ def prepare_flow(
             remove_frontend(out)
             return {"frontend": "fp32", "frontend_reason": f"INT8 flow changed a length: {text!r}"}
         ref = np.concatenate([decode_latent(synth.decoder, z) for z in reference])
-        test = heard_audio(int8, tested, synth.voice.sample_rate)
+        test = heard_audio(int8, tested, synth.voice.sample_rate, expander)
         distances.append(log_mel_distance(ref, test, synth.voice.sample_rate))
         floors.append(pause_floor_dbfs(test, synth.voice.sample_rate))
     for _ in range(3):  # interleaved, like the decoder's timing

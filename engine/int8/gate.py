@@ -95,6 +95,7 @@ def paired_wer(
     voice: Voice,
     int8_frontend: Latents | None = None,
     texts: tuple[str, ...] = GATE_TEXTS,
+    expander: bool = True,
 ) -> tuple[float, float]:
     """Mean WER over the gate sentences and WER_DRAWS noise draws each: the fp32 path
     against the INT8 path (the INT8 frontend where adopted, else both decoders fed the
@@ -109,14 +110,15 @@ def paired_wer(
                 clause_latents if int8_frontend is None else int8_frontend(text, options, seed)
             )
             reference = np.concatenate([decode_latent(fp32, z) for z in clause_latents])
-            tested = heard_audio(int8, int8_latents, voice.sample_rate)
+            tested = heard_audio(int8, int8_latents, voice.sample_rate, expander)
             for audio, rates in ((reference, fp32_rates), (tested, int8_rates)):
                 rates.append(scorer(to_pcm(audio), voice.sample_rate, text))
     return float(np.mean(fp32_rates)), float(np.mean(int8_rates))
 
 
 def pick_candidate(scored: list[tuple[Any, ...]]) -> tuple[Any, ...]:
-    """Among candidates within the bounds, the one closest to fp32 (log-mel) of those
+    """Among candidates within the bounds, the one closest to fp32 (entry 5: the best
+    DNSMOS P.808, negated, or the log-mel distance) of those
     within SPEED_NOISE of the fastest: timed pair by pair, two candidates swapped order
     between prepares here (1.21x / 1.52x, then 1.51x / 1.29x), so speed alone picked by
     chance; they are now timed in one race, and the tie is narrower. Candidates that
