@@ -136,7 +136,7 @@ def select_decoder(
     model, _ = int8_paths(split)
     report = read_report(split)
     if report is None or not model.is_file():
-        reason = "no INT8 model prepared (run `magpie-tts prepare`)"
+        reason = "no INT8 model prepared yet (the daemon prepares it, or `magpie-tts prepare`)"
     elif requested == "int8":
         if not report.get("passed"):
             log.warning("INT8 forced although its gate failed: %s", report.get("reason"))

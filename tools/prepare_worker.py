@@ -33,17 +33,6 @@ def _fraction(done: float) -> None:
     print(json.dumps({"progress": round(done, 3)}), flush=True)
 
 
-def _wer_scorer():  # type: ignore[no-untyped-def]
-    try:
-        from . import recognizer
-    except ImportError:
-        return None
-    if not recognizer.available():
-        return None
-    model = recognizer.Recognizer()
-    return lambda pcm, rate, text: model.wer_pcm(pcm, rate, text)[0]
-
-
 def main() -> int:
     config = Config.model_validate_json(sys.stdin.read())
     voice = load_voice(config.engine.voice)
@@ -60,15 +49,14 @@ def main() -> int:
             workers=0,
         ),
     )
+    gate = config.engine.int8_gate_sentences
     size = PrepareSize(
-        calibration=CALIBRATION_SENTENCES,
-        gate=config.engine.int8_gate_sentences,
+        calibration=min(CALIBRATION_SENTENCES, 2 * gate),
+        gate=gate,
         race_rounds=RACE_ROUNDS,
         first_fit=True,
     )
-    scorer = _wer_scorer()
-    _say("WER: " + ("measured" if scorer else "not measured (no recognizer installed)"))
-    report = prepare_int8(reference, split, scorer, True, _say, size, _fraction)
+    report = prepare_int8(reference, split, None, True, _say, size, _fraction)
     _say(f"INT8 gate: {report['reason']}")
     return 0
 

@@ -62,7 +62,7 @@ def gate_verdict(report: dict[str, Any]) -> tuple[bool, str]:
     wer = (
         f"WER {report['wer_int8']:.3f} (fp32 {report['wer_fp32']:.3f})"
         if "wer_int8" in report
-        else "WER not measured (no recognizer installed): gated on DNSMOS, log-mel and hiss"
+        else "WER not measured (no recognizer): gated on DNSMOS, log-mel and hiss"
     )
     return True, (
         f"{report['speedup']:.2f}x faster, DNSMOS P.808 {mos['p808']:.2f} (fp32 "
