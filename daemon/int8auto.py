@@ -18,9 +18,11 @@ dropped and nothing restarts.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -38,12 +40,15 @@ log = logging.getLogger(__name__)
 
 WORKER = "magpie_tts.tools.prepare_worker"
 LOG_STEP = 0.1  # progress goes to the log every 10 %, not every step
+PR_SET_PDEATHSIG = 1  # prctl: a signal when the thread that started it ends
 
 
 def _idle() -> None:  # pragma: no cover - runs in the child between fork and exec
     """The preparation's priority: SCHED_IDLE where the kernel has it, nice 19 anyway,
     and one core (the last): serving keeps the others, and this one when it needs it."""
     os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):  # Linux: ends with the daemon
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     with contextlib.suppress(AttributeError, OSError):
@@ -76,6 +81,9 @@ class Int8Background:
         requested = self.config.engine.int8
         if synth.precision == "int8":
             self.state, self.reason = "int8", synth.precision_reason
+            return
+        if self.registry.load_problem:  # speaking with the fallback: nothing to prepare
+            self.state, self.reason = "off", self.registry.load_problem
             return
         if requested == "fp32" or synth.choice.used != "cpu":
             self.state, self.reason = "off", synth.precision_reason
