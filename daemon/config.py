@@ -92,7 +92,14 @@ class EngineSection(_Section):
     # serves concurrent clients is enabled and there are 2+ cores, else 0 (one stream's
     # turn at a time); see docs/configuration.md for the memory each costs.
     workers: int | Literal["auto"] = Field("auto")
+    # auto: INT8 where it passed its gate for this model, onnxruntime and CPU; with no
+    # verdict yet, the daemon prepares it in the background (idle priority, one core) and
+    # switches when it passes. fp32: never INT8, nothing prepared. int8: INT8 even where
+    # its gate failed (prepared in the background too where missing).
     int8: Literal["auto", "fp32", "int8"] = "auto"
+    # Held-out sentences the background preparation's gate scores (`magpie-tts prepare`
+    # takes all 22): fewer prepare sooner and judge more coarsely.
+    int8_gate_sentences: int = Field(10, ge=2, le=22)
     # The flow runs only over the frames each decoder window reads (first sound sooner,
     # same audio); false: the whole frontend runs before the first window.
     windowed_flow: bool = True

@@ -24,6 +24,7 @@ from .config import Config
 from .core.core import Core, CoreLimits
 from .core.utterance import Event, Utterance
 from .frontends import FRONTENDS, Frontend
+from .int8auto import Int8Background
 from .metrics import Metrics
 from .player import Player
 from .voices import VoiceRegistry, text_policy
@@ -60,6 +61,7 @@ class Service:
             monitor=self,
             on_refused=self.metrics.refused,
         )
+        self.int8 = Int8Background(config, self.registry, self._health_changed)
         self.registry.failover.on_event = self.metrics.failover
         self.registry.failover.on_change = self._health_changed
         self._gauges()
@@ -119,6 +121,7 @@ class Service:
     def shutdown(self) -> None:
         """Stop what plays, conclude what waits (each gets its event), then stop the
         frontends, the last started first. Safe to call again, or before start."""
+        self.int8.stop()  # a preparation stops; its partial files never count
         self.core.shutdown()  # from here on the core refuses new work: "shutting down"
         self.player.close()
         while self._started:
@@ -168,6 +171,7 @@ class Service:
             "provider_requested": synth.choice.requested,
             "precision": synth.precision,
             "precisions": synth.precisions,  # per graph: the INT8 flow shows here
+            "int8": self.int8.status(),  # preparing (with its progress), int8, fp32, off
             "queue_depth": len(self.core.queue),
             "speaking": self.core.speaking,
             "xruns": self.player.output.xruns,
@@ -238,6 +242,16 @@ class Service:
             "did not load, voices set aside after failures",
             lambda: len(self.registry.problems()),
         )
+        gauge(
+            "magpie_int8",
+            "1 while the default voice speaks with its INT8 decoder, 0 on fp32",
+            lambda: float(self._precision() == "int8"),
+        )
+        gauge(
+            "magpie_int8_progress",
+            "The background INT8 preparation, 0-1 (1 once done or when none is needed)",
+            lambda: self.int8.progress if self.int8.state == "preparing" else 1.0,
+        )
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 
         def cache_hits() -> float:
@@ -247,6 +261,11 @@ class Service:
             return cache.hits if cache is not None else 0
 
         gauge("magpie_phrase_cache_hits", "Phrase-cache hits since start", cache_hits)
+
+    def _precision(self) -> str | None:
+        if not self.registry.default_loaded:
+            return None
+        return getattr(self.registry.default, "precision", None)
 
     def _ok(self) -> bool:
         return self.healthy and not self.problems()

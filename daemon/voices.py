@@ -208,6 +208,16 @@ class VoiceRegistry:
         log.error("%s; loading it again every %.0f s", self.load_problem, self._probe_s)
         self._retry_at = time.monotonic() + self._probe_s
 
+    def switch_default(self) -> StreamingSynthesizer:
+        """Load the default voice again (its graphs as its precision now selects them:
+        INT8 once prepared), warm it and its hot phrases, and make it the default. An
+        utterance in flight keeps the synthesizer it started with (see the class)."""
+        synth = self._make(self.config.engine.voice, self._engine_config)
+        synth.pin_hot_phrases()
+        with self._load_lock:
+            self._set_default(synth)
+        return synth
+
     @property
     def _probe_s(self) -> float:
         return self.config.engine.fallback_probe_s

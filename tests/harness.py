@@ -186,6 +186,8 @@ def make_daemon(
         "engine__provider": "cpu",
         "engine__cache_mb": "0",
         "engine__seed": str(SEED),  # the same audio every run
+        # no INT8 prepared in the background in every test's daemon (test_int8_background)
+        "engine__int8": "fp32",
         "wyoming__enabled": "false",  # a test that needs it sets a free port
         "http__enabled": "false",
         # Tests compare what the speaker played: no earcon ahead of slow speech on a busy
