@@ -15,6 +15,7 @@ deadline passes, stops its synthesis before the next decoder window.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ from .stubs import stubs
 
 if TYPE_CHECKING:
     from .server import GrpcFrontend
+
+log = logging.getLogger(__name__)
 
 
 class RivaSynthesis:
@@ -169,7 +172,8 @@ class RivaSynthesis:
             problem = exc
         except asyncio.CancelledError:
             raise
-        except Exception:  # the request stream broke: the call ends, which ends it
+        except Exception as exc:  # the request stream broke: the call ends, which ends it
+            log.debug("gRPC SynthesizeOnline: request stream ended: %s", type(exc).__name__)
             return
         core.refused(self.frontend.name, problem.kind)
         self.gate.log_refusal(context, "SynthesizeOnline", problem)

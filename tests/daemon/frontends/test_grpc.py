@@ -203,6 +203,13 @@ def test_bad_fields_are_invalid_argument(tts, change, words) -> None:
     assert words in caught.value.details()
 
 
+def test_a_streamed_piece_that_cannot_be_spoken_fails_the_call(tts) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        list(tts.synthesize_online(["Hello there. ", "And <b>bold", "</b> text."]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "markup" in caught.value.details()
+
+
 def test_without_the_key_unauthenticated(riva_daemon) -> None:
     for key in (None, "wrong"):
         with pytest.raises(grpc.RpcError) as caught:
@@ -224,6 +231,7 @@ def test_a_stream_past_the_limit_is_resource_exhausted(riva_daemon, tts) -> None
             list(tts.synthesize_online(["Hello."]))
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "too many streams" in caught.value.details()
+        assert ("retry-after", "1") in caught.value.trailing_metadata()
     finally:
         release.set()
         first.join(WAIT_S)
