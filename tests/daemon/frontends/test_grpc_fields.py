@@ -11,6 +11,7 @@ import pytest
 from magpie_tts.daemon.config import Config, ConfigError
 from magpie_tts.daemon.core.utterance import Event, Refused
 from magpie_tts.daemon.frontends.grpc import fields, names, stubs
+from magpie_tts.daemon.frontends.grpc.gate import Gate
 from magpie_tts.daemon.frontends.grpc.server import GrpcFrontend
 from magpie_tts.daemon.frontends.grpc.status import RpcError, failure_of, refusal
 from magpie_tts.engine import VoiceSummary
@@ -139,3 +140,60 @@ def test_enabled_without_the_package_fails_the_start_with_the_hint(monkeypatch) 
             GrpcFrontend(Config(), host=None)  # type: ignore[arg-type]
     finally:
         stubs.stubs.cache_clear()
+
+
+class Context:
+    """What the gate reads of a grpc.aio ServicerContext."""
+
+    def __init__(
+        self, metadata: tuple[tuple[str, str], ...] = (), peer: str = "ipv4:10.0.0.5:4711"
+    ):
+        self.metadata = metadata
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+
+def gate_with_key(tmp_path: Path, per_minute: int = 120) -> Gate:
+    (tmp_path / "key").write_text("s3cret\n")
+    return Gate(
+        Config(http={"api_key_file": tmp_path / "key"}, grpc={"rate_per_minute": per_minute})
+    )
+
+
+def test_the_key_as_bearer_or_x_api_key(tmp_path) -> None:
+    gate = gate_with_key(tmp_path)
+    gate.authenticate(Context((("authorization", "Bearer s3cret"),)))
+    gate.authenticate(Context((("x-api-key", "s3cret"),)))
+    for metadata in ((), (("authorization", "Bearer nope"),), (("authorization", "s3cret"),)):
+        with pytest.raises(RpcError) as caught:
+            gate.authenticate(Context(metadata))
+        assert caught.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_failed_keys_lock_the_address_out_and_not_another(tmp_path) -> None:
+    gate = gate_with_key(tmp_path)
+    for _ in range(10):
+        with pytest.raises(RpcError):
+            gate.authenticate(Context())
+    with pytest.raises(RpcError) as caught:  # the right key, unchecked now
+        gate.authenticate(Context((("x-api-key", "s3cret"),)))
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    gate.authenticate(Context((("x-api-key", "s3cret"),), peer="ipv4:10.0.0.6:1"))
+
+
+def test_each_address_has_its_budget(tmp_path) -> None:
+    gate = gate_with_key(tmp_path, per_minute=2)
+    for _ in range(2):
+        with gate.budget(Context(peer="ipv6:[::1]:5000")):
+            pass
+    with pytest.raises(RpcError) as caught, gate.budget(Context(peer="ipv6:[::1]:5001")):
+        pass
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.trailers()[0][0] == "retry-after"
+    with gate.budget(Context(peer="ipv4:127.0.0.1:5000")):
+        pass
