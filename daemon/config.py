@@ -197,6 +197,15 @@ class HttpConfig(_Section):
         return key
 
 
+class GrpcConfig(_Section):
+    """NVIDIA Riva's TTS API over gRPC (needs the `grpc` extra: nvidia-riva-client)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(50051, ge=1, le=65535)  # Riva's own port: clients' default address
+    rate_per_minute: int = Field(120, ge=1)  # accepted calls per client address
+
+
 def _read_secret(path: Path, key: str) -> str:
     credentials = os.environ.get("CREDENTIALS_DIRECTORY")
     if not path.is_absolute() and credentials:
@@ -260,6 +269,7 @@ class Config(_Section):
     selftest: SelftestConfig = Field(default_factory=SelftestConfig)
     wyoming: WyomingConfig = Field(default_factory=WyomingConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    grpc: GrpcConfig = Field(default_factory=GrpcConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 

@@ -23,7 +23,7 @@ def wait_listening(
 def start_magpie(
     folder: Path, state_dir: Path, frontend: str, settings: dict[str, str] | None = None
 ) -> tuple[list[subprocess.Popen[bytes]], int]:
-    """Start the daemon with only `frontend` ("wyoming" or "http") listening; its port.
+    """Start the daemon with only `frontend` ("wyoming", "http" or "grpc") listening; its port.
     `settings`: more `section__key` settings, as daemon_env takes them."""
     broker = Broker(folder).start()
     port = free_port()
@@ -37,6 +37,7 @@ def start_magpie(
             "audio__device": "null",
             "wyoming__enabled": str(frontend == "wyoming").lower(),
             "http__enabled": str(frontend == "http").lower(),
+            "grpc__enabled": str(frontend == "grpc").lower(),
             f"{frontend}__port": str(port),
             "engine__cache_mb": "0",  # measure synthesis, not the cache
             "limits__rate_per_minute": "100000",

@@ -134,6 +134,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench_formats import run_formats_bench
 
         return run_formats_bench(config, rounds=args.rounds)
+    if args.grpc:
+        from .bench_grpc import run_grpc_bench
+
+        return run_grpc_bench(config, rounds=args.rounds)
     if args.wyoming:
         from .bench_wyoming import run_wyoming_bench
 
@@ -198,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--wyoming",
         action="store_true",
         help="an LLM token stream through Wyoming streaming, Magpie vs wyoming-piper",
+    )
+    bench.add_argument(
+        "--grpc",
+        action="store_true",
+        help="NVIDIA's Riva client on the gRPC frontend: streamed-text first audio and "
+        "10 calls at once, vs piper's HTTP server",
     )
     bench.add_argument(
         "--formats",
