@@ -135,6 +135,7 @@ class Capacity:
             lanes = self.speed.lanes
             shown["lanes"] = len(lanes)
             shown["lane_rtf"] = round(sum(lane.rtf for lane in lanes) / len(lanes), 4)
+            shown["slowdown"] = round(slowdown(self.speed, self.live_first_turn()), 2)
         if self.budget_s:
             shown["first_audio_budget_ms"] = round(self.budget_s * 1000)
         return shown
