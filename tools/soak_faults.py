@@ -247,10 +247,16 @@ class FaultSoak:
     def _settle(self, timeout: float = 30.0) -> None:
         """Wait until the daemon has concluded everything (no stream, nothing queued)."""
         deadline = time.monotonic() + timeout
+        last: float | None = None
         while time.monotonic() < deadline:
             metrics = self._metrics()
-            if not metrics.get("magpie_active_streams") and not metrics.get("magpie_queue_depth"):
+            # A stream's slot is freed a moment before its outcome is counted: idle, and
+            # the outcome count unchanged since the last look.
+            counted = sum(v for k, v in metrics.items() if k.startswith("magpie_utterances_total"))
+            busy = metrics.get("magpie_active_streams") or metrics.get("magpie_queue_depth")
+            if not busy and counted == last:
                 return
+            last = counted
             time.sleep(0.5)
 
     def _metrics(self) -> dict[str, float]:
