@@ -13,6 +13,7 @@ from magpie_tts.engine import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_MAX_WORDS,
     DEFAULT_SCHEDULE,
+    usable_cores,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -71,6 +72,11 @@ class AudioConfig(_Section):
     volume: float = Field(1.0, ge=0.0, le=2.0)
     open_retry_max_s: float = Field(30.0, gt=0)
     lead_seconds: float = Field(2.0, gt=0, le=30)  # synthesized audio allowed ahead of ALSA
+    # A short tone on the speaker when an utterance cannot start within earcon_after_ms
+    # of the speaker taking it (rising: speech is coming) or fails (falling); never for
+    # client-bound audio. Generated in code at the voice's rate (daemon/core/earcon.py).
+    earcon: bool = True
+    earcon_after_ms: float = Field(1000.0, gt=0, le=60_000)
 
 
 class EngineSection(_Section):
@@ -81,11 +87,19 @@ class EngineSection(_Section):
     max_voices: int = Field(3, ge=1, le=32)
     provider: Literal["auto", "tensorrt", "cuda", "cpu"] = "auto"
     threads: int = Field(0, ge=0, le=64)
-    # Lanes that serve concurrent streams side by side (CPU): 2 for a server with many
-    # clients on a small board (+100 MB idle, +210 MB under load, +3 s start); 0: one
-    # stream's turn at a time.
-    workers: int = Field(0, ge=0, le=8)
+    # Lanes that serve concurrent streams side by side (CPU), each its own sessions on a
+    # share of the threads. "auto": one per core (at most 4) when a network frontend that
+    # serves concurrent clients is enabled and there are 2+ cores, else 0 (one stream's
+    # turn at a time); see docs/configuration.md for the memory each costs.
+    workers: int | Literal["auto"] = Field("auto")
+    # auto: INT8 where it passed its gate for this model, onnxruntime and CPU; with no
+    # verdict yet, the daemon prepares it in the background (idle priority, one core) and
+    # switches when it passes. fp32: never INT8, nothing prepared. int8: INT8 even where
+    # its gate failed (prepared in the background too where missing).
     int8: Literal["auto", "fp32", "int8"] = "auto"
+    # Held-out sentences the background preparation's gate scores (`magpie-tts prepare`
+    # takes all 22): fewer prepare sooner and judge more coarsely.
+    int8_gate_sentences: int = Field(10, ge=2, le=22)
     # The flow runs only over the frames each decoder window reads (first sound sooner,
     # same audio); false: the whole frontend runs before the first window.
     windowed_flow: bool = True
@@ -120,6 +134,13 @@ class EngineSection(_Section):
     fallback_after_failures: int = Field(3, ge=1, le=1000)
     fallback_window_s: float = Field(60.0, gt=0)
     fallback_probe_s: float = Field(300.0, gt=0)
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= 8:
+            raise ValueError('must be "auto" or 0 to 8')
+        return value
 
     @field_validator("schedule")
     @classmethod
@@ -200,13 +221,30 @@ class LimitsConfig(_Section):
     max_queue: int = Field(32, ge=1, le=10_000)
     rate_per_minute: int = Field(120, ge=1)  # accepted requests per frontend
     stream_idle_s: float = Field(30.0, gt=0)  # a stream with no piece for this long ends
-    max_streams: int = Field(8, ge=1, le=256)  # client streams making audio at once
+    # client streams making audio at once: "auto" from the voice's measured speed
+    # (daemon/core/capacity.py); an integer caps that
+    max_streams: int | Literal["auto"] = Field("auto")
+    # A request whose first audio the load now would delay past this is refused at once
+    # (busy), unless it is an alert or a normal one for the speaker; 0: never shed
+    first_audio_budget_ms: float = Field(1000.0, ge=0)
     # client streams (Wyoming sessions, HTTP text bodies) waiting for text, per frontend
     max_waiting_streams: int = Field(16, ge=1, le=4096)
     client_stall_s: float = Field(10.0, gt=0)  # a client reading nothing this long is cut off
     # A request begun must be sent within this long: an HTTP JSON body, a Wyoming event
     # (header line, data and payload); past it: 408 / an `error` and the connection closed
     client_read_timeout_s: float = Field(10.0, gt=0, le=3600)
+
+    @field_validator("max_streams")
+    @classmethod
+    def _max_streams(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 256:
+            raise ValueError('must be "auto" or 1 to 256')
+        return value
+
+    @property
+    def stream_cap(self) -> int | None:
+        """The configured cap on client streams; None: the measured capacity alone."""
+        return None if self.max_streams == "auto" else int(self.max_streams)
 
     @property
     def max_payload_bytes(self) -> int:
@@ -233,6 +271,26 @@ class Config(_Section):
     http: HttpConfig = Field(default_factory=HttpConfig)
     grpc: GrpcConfig = Field(default_factory=GrpcConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+# Frontends that serve concurrent network clients (worker lanes pay off for them).
+CONCURRENT_FRONTENDS = ("http", "wyoming", "grpc")
+MAX_AUTO_WORKERS = 4
+
+
+def resolved_workers(config: Config, cores: int | None = None) -> int:
+    """engine.workers as a number: "auto" is one lane per core (at most 4; at most
+    engine.threads when set) when a network frontend serving concurrent clients is
+    enabled on 2+ cores, else 0."""
+    workers = config.engine.workers
+    if workers != "auto":
+        return int(workers)
+    cores = cores or usable_cores()
+    cores = min(cores, config.engine.threads or cores)  # the threads it may use
+    serves = any(
+        getattr(getattr(config, name, None), "enabled", False) for name in CONCURRENT_FRONTENDS
+    )
+    return min(cores, MAX_AUTO_WORKERS) if serves and cores >= 2 else 0
 
 
 def default_state_dir() -> Path:

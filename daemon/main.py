@@ -30,6 +30,11 @@ def status_line(service: Service) -> str:
     parts = [
         f"{status['health']}",
         f"provider={status['provider']}/{status['precision']}",
+        *(
+            [f"int8-preparing={status['int8']['progress_percent']}%"]
+            if status.get("int8", {}).get("state") == "preparing"
+            else []
+        ),
         f"first-audio={test.get('first_audio_ms', '?')}ms",
         f"rtf={test.get('rtf', '?')}",
         f"queue={status['queue_depth']}",
@@ -110,6 +115,7 @@ def _serve(
     except (ConnectError, OSError) as exc:  # the service closed what it had started
         log.error("cannot start: %s", exc)
         return EXIT_START_FAILED
+    service.int8.start()  # where no INT8 verdict exists: prepared in the background
     if config.selftest.audible and config.selftest.enabled:
         service.core.say_local("Magpie is ready.")
     notifier.ready(status_line(service))

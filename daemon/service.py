@@ -17,13 +17,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from magpie_tts.engine import VoiceSummary
+from magpie_tts.engine import VoiceSummary, measured_speed
 
 from . import VERSION
 from .config import Config
 from .core.core import Core, CoreLimits
 from .core.utterance import Event, Utterance
 from .frontends import FRONTENDS, Frontend
+from .int8auto import Int8Background
 from .metrics import Metrics
 from .player import Player
 from .voices import VoiceRegistry, text_policy
@@ -52,12 +53,15 @@ class Service:
                 limits.max_queue,
                 limits.rate_per_minute,
                 limits.stream_idle_s,
-                limits.max_streams,
+                limits.stream_cap,
                 limits.max_waiting_streams,
+                limits.first_audio_budget_ms,
+                config.audio.earcon_after_ms / 1000 if config.audio.earcon else None,
             ),
             monitor=self,
             on_refused=self.metrics.refused,
         )
+        self.int8 = Int8Background(config, self.registry, self._health_changed)
         self.registry.failover.on_event = self.metrics.failover
         self.registry.failover.on_change = self._health_changed
         self._gauges()
@@ -74,8 +78,28 @@ class Service:
         self._start(f for f in self.frontends if f.answers_while_loading)
 
     def load(self) -> None:
-        """Load and warm the default voice (EngineError when it cannot be loaded)."""
-        self.registry.load()
+        """Load and warm the default voice (EngineError when it cannot be loaded), and
+        size admission by its measured speed (core/capacity.py)."""
+        self.measure_capacity(self.registry.load())
+
+    def measure_capacity(self, synth: Any) -> None:
+        """Size client admission by the voice's measured speed (core/capacity.py); again
+        whenever the default voice's graphs change (an INT8 switch)."""
+        try:
+            speed = measured_speed(synth)
+        except (AttributeError, TypeError, ZeroDivisionError) as exc:  # nothing measured
+            log.warning("stream capacity not measured (%s): %d", exc, self.core.capacity.limit)
+            return
+        limit = self.core.capacity.measure(speed, lambda: synth.first_turn_s)
+        shown = self.core.capacity.describe()
+        log.info(
+            "stream capacity %d (%s: %s real-time streams on %s lane(s), lane RTF %s)",
+            limit,
+            "capped" if limit == self.config.limits.stream_cap else "measured",
+            shown.get("real_time_streams"),
+            shown.get("lanes"),
+            shown.get("lane_rtf"),
+        )
 
     def start(self) -> None:
         """Start the player, the core and the other frontends, then serve. If one cannot
@@ -97,6 +121,7 @@ class Service:
     def shutdown(self) -> None:
         """Stop what plays, conclude what waits (each gets its event), then stop the
         frontends, the last started first. Safe to call again, or before start."""
+        self.int8.stop()  # a preparation stops; its partial files never count
         self.core.shutdown()  # from here on the core refuses new work: "shutting down"
         self.player.close()
         while self._started:
@@ -146,6 +171,7 @@ class Service:
             "provider_requested": synth.choice.requested,
             "precision": synth.precision,
             "precisions": synth.precisions,  # per graph: the INT8 flow shows here
+            "int8": self.int8.status(),  # preparing (with its progress), int8, fp32, off
             "queue_depth": len(self.core.queue),
             "speaking": self.core.speaking,
             "xruns": self.player.output.xruns,
@@ -157,6 +183,7 @@ class Service:
             },
             **self.core.stats.summary(),
             "streams": {"active": self.core.active_streams, **self.core.client_stats.summary()},
+            "capacity": {**self.core.capacity.describe(), "shed": self.core.capacity.shed},
         }
         cache = synth.phrase_cache
         if cache is not None:
@@ -197,6 +224,11 @@ class Service:
         core = self.core
         gauge("magpie_queue_depth", "Utterances waiting for the speaker", lambda: len(core.queue))
         gauge("magpie_active_streams", "Audio streams to clients now", lambda: core.active_streams)
+        gauge(
+            "magpie_stream_capacity",
+            "Client streams admitted at once (measured from the voice's speed, or capped)",
+            lambda: core.capacity.limit,
+        )
         gauge("magpie_speaking", "1 while the speaker plays", lambda: float(bool(core.speaking)))
         gauge(
             "magpie_voices_loaded",
@@ -210,6 +242,16 @@ class Service:
             "did not load, voices set aside after failures",
             lambda: len(self.registry.problems()),
         )
+        gauge(
+            "magpie_int8",
+            "1 while the default voice speaks with its INT8 decoder, 0 on fp32",
+            lambda: float(self._precision() == "int8"),
+        )
+        gauge(
+            "magpie_int8_progress",
+            "The background INT8 preparation, 0-1 (1 once done or when none is needed)",
+            lambda: self.int8.progress if self.int8.state == "preparing" else 1.0,
+        )
         gauge("magpie_healthy", "1 when ok, 0 when degraded or stuck", lambda: float(self._ok()))
 
         def cache_hits() -> float:
@@ -219,6 +261,11 @@ class Service:
             return cache.hits if cache is not None else 0
 
         gauge("magpie_phrase_cache_hits", "Phrase-cache hits since start", cache_hits)
+
+    def _precision(self) -> str | None:
+        if not self.registry.default_loaded:
+            return None
+        return getattr(self.registry.default, "precision", None)
 
     def _ok(self) -> bool:
         return self.healthy and not self.problems()

@@ -35,7 +35,7 @@ from magpie_tts.engine import (
     use_shared_thread_pool,
 )
 
-from .config import Config
+from .config import Config, resolved_workers
 from .core.failover import Failover, FailoverPolicy
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def engine_config(config: Config) -> EngineConfig:
         precision=section.int8,
         schedule=section.schedule,
         context=section.context_frames,
-        workers=section.workers,
+        workers=resolved_workers(config),
         windowed_flow=section.windowed_flow,
         seed=section.seed,
         text=text_policy(config),
@@ -147,7 +147,7 @@ class VoiceRegistry:
         and its fallback; read the catalogue. A default voice that does not load leaves
         the fallback in its place (degraded), or raises where there is none."""
         if self._default is None:
-            if self.config.engine.workers == 0:  # sessions run one at a time: one spinning pool
+            if self._engine_config.workers == 0:  # sessions run one at a time: one spinning pool
                 use_shared_thread_pool(self.config.engine.threads)
             try:
                 synth = self._make(self.config.engine.voice, self._engine_config)
@@ -207,6 +207,16 @@ class VoiceRegistry:
         )
         log.error("%s; loading it again every %.0f s", self.load_problem, self._probe_s)
         self._retry_at = time.monotonic() + self._probe_s
+
+    def switch_default(self) -> StreamingSynthesizer:
+        """Load the default voice again (its graphs as its precision now selects them:
+        INT8 once prepared), warm it and its hot phrases, and make it the default. An
+        utterance in flight keeps the synthesizer it started with (see the class)."""
+        synth = self._make(self.config.engine.voice, self._engine_config)
+        synth.pin_hot_phrases()
+        with self._load_lock:
+            self._set_default(synth)
+        return synth
 
     @property
     def _probe_s(self) -> float:

@@ -18,6 +18,7 @@ from .runtime import RuntimeConfig, session_options, use_shared_thread_pool
 from .stream.cache import CacheConfig, clear_directory
 from .stream.config import EngineConfig
 from .stream.decoder import DEFAULT_SCHEDULE
+from .stream.speed import LaneSpeed, Speed, measured_speed, usable_cores
 from .stream.synth import StreamingSynthesizer
 from .stream.turns import CLIENT, SPEAKER
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
@@ -45,7 +46,9 @@ __all__ = [
     "CacheConfig",
     "EngineConfig",
     "EngineError",
+    "LaneSpeed",
     "RuntimeConfig",
+    "Speed",
     "SplitGraph",
     "StageTimes",
     "StopToken",
@@ -62,10 +65,12 @@ __all__ = [
     "inspect_voice",
     "installed_voice_models",
     "load_voice",
+    "measured_speed",
     "session_options",
     "split_dir",
     "split_voice",
     "summarize_voice",
     "to_pcm",
+    "usable_cores",
     "use_shared_thread_pool",
 ]

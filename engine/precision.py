@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
+import tempfile
 from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
 
 from .graph.split import SplitGraph
 from .runtime import NHWC_LAYOUT
@@ -55,12 +61,59 @@ def layout_optimizers(report: dict) -> tuple[str, ...]:
     return (NHWC_LAYOUT,) if report.get("cpu_layout") == "nchw" else ()
 
 
+def cpu_name() -> str:
+    """The CPU a verdict was measured on: its model name (x86) or its features (ARM)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for field in ("model name", "Hardware", "Features"):
+        for line in lines:
+            if line.startswith(field) and ":" in line:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def verdict_key() -> dict[str, str]:
+    """What an INT8 verdict holds for besides the model (its folder is the model's hash):
+    onnxruntime's quantized kernels and the CPU they run on. Another onnxruntime or
+    another CPU (an image moved to a new board) measures again."""
+    return {"onnxruntime": ort.__version__, "cpu": cpu_name()}
+
+
 def read_report(split: SplitGraph) -> dict | None:
+    """The INT8 report: the verdict for this model, this onnxruntime and this CPU (a
+    report made elsewhere, or with none of these recorded, is no verdict here)."""
     _, report = int8_paths(split)
     try:
-        return json.loads(report.read_text())
+        found = json.loads(report.read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(found, dict) or found.get("key") != verdict_key():
+        return None
+    return found
+
+
+def write_report(split: SplitGraph, report: dict[str, Any]) -> None:
+    """Write the report atomically (a temp file renamed over it): the report is what
+    makes INT8 files count, so it is written last, whole, or not at all."""
+    _, path = int8_paths(split)
+    handle, temp = tempfile.mkstemp(prefix=".int8_report.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump({**report, "key": verdict_key()}, out, indent=2)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def needs_preparation(split: SplitGraph, requested: str, provider: str) -> bool:
+    """Whether a daemon should prepare INT8 itself: CPU, INT8 not turned off, and no
+    verdict (pass or fail) for this model, onnxruntime and CPU."""
+    return provider == "cpu" and requested != "fp32" and read_report(split) is None
 
 
 def select_decoder(
@@ -83,7 +136,7 @@ def select_decoder(
     model, _ = int8_paths(split)
     report = read_report(split)
     if report is None or not model.is_file():
-        reason = "no INT8 model prepared (run `magpie-tts prepare`)"
+        reason = "no INT8 model prepared yet (the daemon prepares it, or `magpie-tts prepare`)"
     elif requested == "int8":
         if not report.get("passed"):
             log.warning("INT8 forced although its gate failed: %s", report.get("reason"))

@@ -186,8 +186,19 @@ def make_daemon(
         "engine__provider": "cpu",
         "engine__cache_mb": "0",
         "engine__seed": str(SEED),  # the same audio every run
+        # no INT8 prepared in the background in every test's daemon (test_int8_background)
+        "engine__int8": "fp32",
         "wyoming__enabled": "false",  # a test that needs it sets a free port
         "http__enabled": "false",
+        # Tests compare what the speaker played: no earcon ahead of slow speech on a busy
+        # machine (test_earcon.py turns it on), and the lanes of old unless asked for.
+        "audio__earcon": "false",
+        "engine__workers": "0",
+        # Admission as fixed as before: a capacity and a shedding measured on a loaded
+        # test machine would refuse what a test means to be served (the tests of
+        # capacity and shedding set these: test_shedding_daemon.py, test_capacity.py).
+        "limits__max_streams": "8",
+        "limits__first_audio_budget_ms": "0",
     }
     env = daemon_env(folder, port, state_dir, **{**defaults, **settings})
     env.pop("NOTIFY_SOCKET", None)

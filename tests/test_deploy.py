@@ -138,9 +138,8 @@ def test_the_deployment_keeps_the_promised_rules() -> None:
     assert annotations["prometheus.io/path"] == "/metrics"
     assert main["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert main["livenessProbe"]["httpGet"]["path"] == "/health/live"
-    served = set(
-        re.findall(r'web\.get\("([^"]+)"', (ROOT / "daemon/frontends/http/server.py").read_text())
-    )
+    routes = "".join(p.read_text() for p in (ROOT / "daemon/frontends/http").glob("*.py"))
+    served = set(re.findall(r'web\.get\("([^"]+)"', routes))
     assert {"/health/ready", "/health/live", "/metrics"} <= served
     settings = env(deployment)
     assert settings["MAGPIE_TTS_MQTT__ENABLED"] == "false"  # stateless: no speaker

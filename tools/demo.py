@@ -64,6 +64,11 @@ class Watch:
             self.messages.append((message.topic, data))
             self.cond.notify_all()
 
+    def latest(self, suffix: str) -> dict:
+        with self.cond:
+            found = [data for topic, data in self.messages if topic.endswith(suffix)]
+        return found[-1] if found else {}
+
     def wait(self, predicate, timeout: float) -> dict | None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
         with self.cond:
@@ -73,6 +78,19 @@ class Watch:
                         return data
                 self.cond.wait(0.2)
         return None
+
+
+def _precision(status: dict, online: dict) -> str:
+    """Which precision spoke, and the background INT8 preparation's state (a daemon
+    with no INT8 verdict prepares it while it serves fp32; docs/int8.md)."""
+    status = status or online
+    int8 = status.get("int8") or {}
+    text = status.get("precision", "?")
+    if int8.get("state") == "preparing":
+        text += f" (INT8 being prepared in the background: {int8.get('progress_percent', 0)} %)"
+    elif int8.get("reason") and status.get("precision") != "int8":
+        text += f" ({int8['reason']})"
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -150,7 +168,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(
             f"spoke {done['duration_s']} s of audio; publish → first ALSA frame "
-            f"{done['ttfa_ms']} ms"
+            f"{done['ttfa_ms']} ms; precision {_precision(watch.latest('/status'), online)}"
         )
     finally:
         daemon.stop(timeout=30)

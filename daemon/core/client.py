@@ -49,6 +49,7 @@ def stream_to_client(core: Core, utterance: Utterance) -> None:
             break
         tally.add(chunk)
         if ttfa_ms is None:  # the first chunk is out of the daemon
+            core.slots.sounding(utterance)
             ttfa_ms = round((core.clock() - ask.received_at) * 1000, 1)
             core.report(utterance, "started", ttfa_ms=ttfa_ms)
     timing = tally.timing(ttfa_ms, tally.audio_s + tally.cached_s)

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from magpie_tts.engine import EngineError, TextPolicy, VoiceError
 
 from ..player import Playback
+from .capacity import Capacity
 from .client import stream_to_client
 from .queue import UtteranceQueue
 from .rate import RateLimit
@@ -89,8 +90,11 @@ class CoreLimits:
     max_queue: int = 32
     rate_per_minute: int = 120  # accepted requests per frontend
     stream_idle_s: float = 30.0
-    max_streams: int = 8  # client-bound utterances synthesizing at once
+    max_streams: int | None = 8  # client-bound utterances synthesizing at once; None:
+    # the capacity measured from the voice's speed (capacity.py)
     max_waiting_streams: int = 16  # client-bound streams waiting for text, per frontend
+    first_audio_budget_ms: float = 0.0  # shed what would miss it (capacity.py); 0: never
+    earcon_after_s: float | None = None  # the speaker's earcon (earcon.py); None: off
 
 
 class Core:
@@ -115,7 +119,8 @@ class Core:
         self.rate = RateLimit(limits.rate_per_minute, clock)  # keyed by frontend
         self.stats = RollingStats()  # the speaker's utterances
         self.client_stats = RollingStats()  # client-bound utterances (first chunk out)
-        self.slots = StreamSlots(limits.max_streams, limits.max_waiting_streams)
+        self.capacity = Capacity(limits.max_streams, limits.first_audio_budget_ms)
+        self.slots = StreamSlots(self.capacity, limits.max_waiting_streams)
         self._live: dict[tuple[str, str], Utterance] = {}  # by Ask.key
         self.lock = threading.Lock()
         self._stopping = threading.Event()
@@ -307,9 +312,11 @@ class Core:
                         retry_after=wait,
                         code="busy",
                     )
+                speaker_busy = self.speaker.current is not None
                 if to_client:
-                    self.slots.admit(utterance)  # raises Refused when none is free
+                    self.slots.admit(utterance, speaker_busy)  # Refused: none free, or shed
                 else:
+                    self.slots.shed(utterance, True, self.slots.load(speaker_busy))
                     self.queue.put(utterance)  # raises Refused when full
                 self.rate.take(utterance.ask.frontend)  # only accepted requests use it
                 self._live[key] = utterance

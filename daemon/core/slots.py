@@ -1,12 +1,15 @@
 """Client-bound utterances: which are open, and which hold one of the synthesis slots.
 
-A slot is synthesis work at once (`limits.max_streams`), so only an utterance that is
+A slot is synthesis work at once (`limits.max_streams`: by default the capacity measured
+from the voice's speed, capacity.py), so only an utterance that is
 making audio holds one. A one-shot has its whole text and takes its slot on admission. A
 stream (text arriving piece by piece, from a Wyoming session or an HTTP text body) takes
 one only while it has a unit to synthesize, and gives it back while it waits for more
 text: a client that trickles its text, a byte every few seconds, holds no slot and so
 keeps nobody else out. Streams waiting for text are bounded apart, per frontend
 (`limits.max_waiting_streams`), so one frontend's tricklers cannot shut out another's.
+A request that would miss the first-audio budget under the load now is shed at
+admission (capacity.py), like one past the limit: refused at once, never left to stall.
 """
 
 from __future__ import annotations
@@ -14,22 +17,55 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
+from .capacity import Capacity, Load
 from .utterance import Refused, Utterance
+
+RETRY_AFTER_S = 1.0  # a refused client's next try: about one utterance's first turns later
 
 
 class StreamSlots:
-    def __init__(self, max_streams: int, max_waiting: int) -> None:
-        self.max_streams = max_streams
+    def __init__(self, capacity: Capacity, max_waiting: int) -> None:
+        self.capacity = capacity
         self.max_waiting = max_waiting
         self.open: set[Utterance] = set()
         self._making: set[Utterance] = set()
+        self._sounding: set[Utterance] = set()  # open utterances that have made audio
         self._wanting: set[Utterance] = set()  # streams with a unit, waiting for a slot
         self._cond = threading.Condition()
 
     def __len__(self) -> int:
         return len(self.open)
 
-    def admit(self, utterance: Utterance) -> None:
+    @property
+    def max_streams(self) -> int:
+        return self.capacity.limit
+
+    def load(self, speaker_busy: bool) -> Load:
+        """Streams making audio now, with and without audio made yet."""
+        with self._cond:
+            started = len(self._making & self._sounding) + int(speaker_busy)
+            return Load(started, len(self._making - self._sounding) + len(self._wanting))
+
+    def shed(self, utterance: Utterance, for_speaker: bool, load: Load) -> None:
+        """Raise Refused (busy) when its first audio would miss the budget (capacity.py)."""
+        predicted = self.capacity.over_budget(utterance.ask.priority, for_speaker, load)
+        if predicted is not None:
+            shown = "never" if predicted == float("inf") else f"in {predicted * 1000:.0f} ms"
+            raise Refused(
+                f"busy: first audio would come {shown}, past the "
+                f"{self.capacity.budget_s * 1000:.0f} ms budget",
+                utterance.id,
+                retry_after=RETRY_AFTER_S,
+                code="busy",
+            )
+
+    def sounding(self, utterance: Utterance) -> None:
+        """Its first audio is out: from now on it is a started stream (load)."""
+        with self._cond:
+            if utterance in self.open:
+                self._sounding.add(utterance)
+
+    def admit(self, utterance: Utterance, speaker_busy: bool = False) -> None:
         """Open a client-bound utterance, or raise Refused; a one-shot takes its slot."""
         with self._cond:
             if utterance.stream is None:
@@ -37,8 +73,10 @@ class StreamSlots:
                     raise Refused(
                         f"too many streams at once (limit {self.max_streams})",
                         utterance.id,
+                        retry_after=RETRY_AFTER_S,
                         code="busy",
                     )
+                self.shed(utterance, False, self.load(speaker_busy))
                 self._making.add(utterance)
             else:
                 frontend = utterance.ask.frontend
@@ -49,6 +87,7 @@ class StreamSlots:
                         utterance.id,
                         code="busy",
                     )
+                self.shed(utterance, False, self.load(speaker_busy))
             self.open.add(utterance)
 
     def paced(self, utterance: Utterance, units: Iterable[str]) -> Iterator[str]:
@@ -87,6 +126,7 @@ class StreamSlots:
         with self._cond:
             self.open.discard(utterance)
             self._making.discard(utterance)
+            self._sounding.discard(utterance)
             self._cond.notify_all()
 
     def wake(self) -> None:

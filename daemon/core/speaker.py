@@ -4,6 +4,8 @@ It takes them off the core's queue in priority order, streams the engine's chunk
 the player and concludes each through the core. An alert pre-empts what plays; the
 pre-empted utterance goes back to the queue and resumes at the unit that was being
 heard. Only this thread sets `current`, and an utterance's cursor while it speaks.
+With `audio.earcon` an utterance that cannot start within `audio.earcon_after_ms` of
+being taken, or that fails, is announced by a short tone (earcon.py).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from magpie_tts.engine import StopToken, SynthesisOptions
 
 from ..player import Playback
+from . import earcon
 from .stats import Tally
 from .utterance import Utterance
 
@@ -63,10 +66,23 @@ class Speaker:
                 self.current = utterance  # from here on a stop finds it playing
             try:
                 core.guarded(self._speak, utterance)
+                self._failed_earcon(utterance)
             finally:
                 with core.lock:
                     self.current = None
                     self.playback = None
+
+    def _failed_earcon(self, utterance: Utterance) -> None:
+        """An utterance that failed: the falling earcon, so the person hears it went
+        wrong (at the default voice's rate: the failed voice may have none)."""
+        outcome = utterance.outcome
+        if self.core.limits.earcon_after_s is None or outcome is None or outcome.name != "error":
+            return
+        try:
+            rate = self.core.registry.get(None).voice.sample_rate
+        except Exception:  # no voice to take the rate from: nothing to play it at
+            return
+        earcon.play(self.core.player, rate, "failed")
 
     def _reap_idle_streams(self) -> None:
         """A stream whose sender went quiet while it waited is concluded without ever
@@ -104,9 +120,33 @@ class Speaker:
             stopped = utterance.stop.stopped  # a stop that came before playback was set
         if stopped:
             core.player.cancel(playback)
-        options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
         units = utterance.pending_units(core.limits.stream_idle_s, lambda: utterance.stop.stopped)
         tally = Tally()
+        after_s = core.limits.earcon_after_s
+        watch = None
+        if after_s is not None:
+            watch = earcon.EarconTimer(core.player, playback.sample_rate, after_s)
+        try:
+            self._play(utterance, synth, playback, units, tally, watch)
+        finally:
+            if watch is not None:
+                watch.first_audio()
+        core.player.finish(playback)
+        while not playback.finished.wait(1.0):
+            self.heartbeat = core.clock()
+        self._after_playback(utterance, playback, tally)
+
+    def _play(
+        self,
+        utterance: Utterance,
+        synth: Any,
+        playback: Playback,
+        units: Any,
+        tally: Tally,
+        watch: earcon.EarconTimer | None,
+    ) -> None:
+        core, ask = self.core, utterance.ask
+        options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
         chunks = core.registry.failover.stream(
             synth,
             units,
@@ -118,12 +158,10 @@ class Speaker:
         for chunk in chunks:
             self.heartbeat = core.clock()
             tally.add(chunk)
+            if watch is not None:
+                watch.first_audio()  # after an earcon already queued, or instead of one
             if not core.player.submit(playback, chunk.pcm, unit=chunk.clause_index):
                 break
-        core.player.finish(playback)
-        while not playback.finished.wait(1.0):
-            self.heartbeat = core.clock()
-        self._after_playback(utterance, playback, tally)
 
     def _first_frame(self, utterance: Utterance, playback: Playback) -> None:
         at = playback.first_frame_at or self.core.clock()

@@ -51,11 +51,13 @@ def quantize_flow(
     # MinMax: sentences differ in length (the histogram methods need equal shapes), and
     # the flow's ranges are tight and stable. The whole graph draws its own noise: seeded
     # while calibrating, so a prepare repeats, and unseeded again after.
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        seeded = Path(tmp) / "seeded.onnx"
+    # Written in a temp folder and renamed into place: a file at `out` is whole.
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".flow-") as tmp:
+        seeded, made = Path(tmp) / "seeded.onnx", Path(tmp) / "flow.onnx"
         _seed_random_nodes(split.frontend, seeded, float(CALIBRATION_SEED))
-        static_qdq(seeded, out, feeds, CalibrationMethod.MinMax, nodes_to_quantize=names)
-    _seed_random_nodes(out, out, None)
+        static_qdq(seeded, made, feeds, CalibrationMethod.MinMax, nodes_to_quantize=names)
+        _seed_random_nodes(made, made, None)
+        made.replace(out)
     return True
 
 
@@ -74,14 +76,19 @@ def _seed_random_nodes(model_path: Path, out: Path, seed: float | None) -> None:
 
 
 def prepare_flow(
-    synth: StreamingSynthesizer, split: SplitGraph, int8: ChunkedDecoder
+    synth: StreamingSynthesizer,
+    split: SplitGraph,
+    int8: ChunkedDecoder,
+    texts: tuple[str, ...] = CALIBRATION_TEXTS,
+    gate_texts: tuple[str, ...] = GATE_TEXTS,
+    expander: bool = True,
 ) -> dict[str, Any]:
     """Quantize the flow's convolutions and keep the result only if every gate sentence
     keeps its exact length, the whole INT8 path stays within the decoder's bounds against
     the whole fp32 path (noise off, same latent inputs), and the frontend gets faster."""
     out = flow_path(split)
     remove_frontend(out)
-    if not quantize_flow(synth, split, out, CALIBRATION_TEXTS):
+    if not quantize_flow(synth, split, out, texts):
         return {"frontend": "fp32", "frontend_reason": "no flow convolutions found"}
     options = SynthesisOptions()
     # The reference synth is fp32.
@@ -89,20 +96,20 @@ def prepare_flow(
     int8_front = latents_of(out, synth)
     quiet = SynthesisOptions(noise_scale=0.0, noise_w=0.0)
     distances, floors, timings = [], [], {"fp32": [], "int8": []}
-    for text in GATE_TEXTS:
+    for text in gate_texts:
         reference = fp32_front(text, quiet, CALIBRATION_SEED)
         tested = int8_front(text, quiet, CALIBRATION_SEED)
         if [z.shape for z in reference] != [z.shape for z in tested]:
             remove_frontend(out)
             return {"frontend": "fp32", "frontend_reason": f"INT8 flow changed a length: {text!r}"}
         ref = np.concatenate([decode_latent(synth.decoder, z) for z in reference])
-        test = heard_audio(int8, tested, synth.voice.sample_rate)
+        test = heard_audio(int8, tested, synth.voice.sample_rate, expander)
         distances.append(log_mel_distance(ref, test, synth.voice.sample_rate))
         floors.append(pause_floor_dbfs(test, synth.voice.sample_rate))
     for _ in range(3):  # interleaved, like the decoder's timing
         for name, frontend in (("fp32", fp32_front), ("int8", int8_front)):
             begun = time.perf_counter()
-            for text in GATE_TEXTS:
+            for text in gate_texts:
                 frontend(text, options, CALIBRATION_SEED)
             timings[name].append(time.perf_counter() - begun)
     speedup = statistics.median(timings["fp32"]) / statistics.median(timings["int8"])

@@ -68,7 +68,10 @@ def decode_latent(decoder: ChunkedDecoder, z: np.ndarray) -> np.ndarray:
     return np.concatenate([chunk.copy() for chunk in decoder.stream(z)])
 
 
-def heard_audio(decoder: ChunkedDecoder, zs: list[np.ndarray], sample_rate: int) -> np.ndarray:
+def heard_audio(
+    decoder: ChunkedDecoder, zs: list[np.ndarray], sample_rate: int, expander: bool = True
+) -> np.ndarray:
     """An INT8 decoder's audio for consecutive latents as the synthesizer plays it:
-    through one expander (its pause hiss gated)."""
-    return Expander(sample_rate)(np.concatenate([decode_latent(decoder, z) for z in zs]))
+    through one expander (its pause hiss gated) where its gate chose one."""
+    audio = np.concatenate([decode_latent(decoder, z) for z in zs])
+    return Expander(sample_rate)(audio) if expander else audio

@@ -28,13 +28,15 @@ def _timed(decoder: ChunkedDecoder, zs: list[np.ndarray]) -> float:
     return time.perf_counter() - started
 
 
-def race_decoders(decoders: list[ChunkedDecoder], zs: list[np.ndarray]) -> list[float]:
+def race_decoders(
+    decoders: list[ChunkedDecoder], zs: list[np.ndarray], rounds: int = RACE_ROUNDS
+) -> list[float]:
     """Median seconds of each decoder for the whole set, all in turn in every round (the
     order reversed every other round), so the host's drift hits all alike: timed pair by
     pair minutes apart, two candidates measured 1.68x and 1.87x fp32 in one prepare and
     0.86x each other's time (every one of 9 rounds faster) in a race."""
     times: list[list[float]] = [[] for _ in decoders]
-    for round_index in range(RACE_ROUNDS):
+    for round_index in range(rounds):
         order = list(enumerate(decoders))
         for index, decoder in order if round_index % 2 == 0 else reversed(order):
             times[index].append(_timed(decoder, zs))
@@ -42,7 +44,11 @@ def race_decoders(decoders: list[ChunkedDecoder], zs: list[np.ndarray]) -> list[
 
 
 def measure_layout(
-    channels_last: Path | None, plain: Path, voice: Voice, zs: list[np.ndarray]
+    channels_last: Path | None,
+    plain: Path,
+    voice: Voice,
+    zs: list[np.ndarray],
+    rounds: int = RACE_ROUNDS,
 ) -> dict[str, Any]:
     """The fastest way to run one INT8 decoder here, of the three that give the same
     audio bit for bit: quantized from the channels-last graph (graph/channels_last.py) with
@@ -57,7 +63,7 @@ def measure_layout(
     }
     if channels_last is not None:
         decoders = {CHANNELS_LAST: load_decoder(channels_last, voice), **decoders}
-    seconds = dict(zip(decoders, race_decoders(list(decoders.values()), zs), strict=True))
+    seconds = dict(zip(decoders, race_decoders(list(decoders.values()), zs, rounds), strict=True))
     fastest = min(seconds, key=seconds.__getitem__)
     first = next(iter(seconds))
     chosen = first if seconds[first] <= seconds[fastest] * LAYOUT_MARGIN else fastest

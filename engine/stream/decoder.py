@@ -253,6 +253,15 @@ class ChunkedDecoder:
         """Decode cost per frame in the calling turn's lane, measured by warm()."""
         return self._seconds_per_frame[self.lane()]
 
+    def lane_rtf(self, lane: int) -> float | None:
+        """Decode seconds per second of audio in `lane` (warm-up), on the largest window
+        with its context: what a stream's later units cost there."""
+        per_frame = self._seconds_per_frame[lane]
+        if per_frame is None:
+            return None
+        largest = max(self._buffers[lane])
+        return per_frame * largest / max(largest - 2 * self.context, 1) / self.frame_s
+
     def _bind(self, session: ort.InferenceSession, frames: int) -> Buffers:
         host_in = np.zeros((1, self.channels, frames), dtype=np.float32)
         out_shape = (1,) * (self.output_rank - 1) + (frames * self.hop,)

@@ -63,6 +63,8 @@ class StreamingSynthesizer:
         # Frontend seconds per character of a unit's text (with its context words) in
         # each lane, measured: how long a stream's coming frontend turn will take.
         self.frontend_s_per_char = [0.0] * len(sessions.frontends)
+        # The same per frame of audio it makes (warm-up): the lanes' speed (speed.py).
+        self.frontend_s_per_frame = [0.0] * len(sessions.frontends)
         self.first_turn_s: float | None = None  # a stream's first turn, measured (EMA)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
@@ -264,6 +266,7 @@ class StreamingSynthesizer:
                         first = min(64, prior.shape[2])
                         self._flow_on(lane, prior[:, :, :first], mask[:, :, :first])
             self.frontend_s_per_char[lane] = spent / len(clause)  # the longest, warm
+            self.frontend_s_per_frame[lane] = spent / max(prior.shape[2], 1)
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
 

@@ -12,6 +12,7 @@ import shutil
 import time
 
 import httpx
+import numpy as np
 import pytest
 from magpie_tts.engine import load_voice
 from magpie_tts.tools.faults import corrupt_voice, faulty_voice
@@ -122,7 +123,12 @@ def test_an_engine_error_mid_utterance_completes_on_the_fallback(faulty_daemon) 
     # The same text on the fallback voice alone (named; the seed makes it repeatable):
     # the first unit came from the primary, the rest from the fallback, none twice.
     clean = speech(client, FAULT, voice="en_US-joe-medium")
-    assert len(failover) == len(clean) and (failover == clean).all()
+    # Same length: no unit lost or heard twice. Near-equal rather than bit-equal: under
+    # load the decoder's chunking follows the pace (engine/stream/turns.py), and chunk
+    # seams round differently; a repeated or missing unit would be off by seconds.
+    assert len(failover) == len(clean)
+    signal, error = failover.astype(np.float64), failover.astype(np.float64) - clean
+    assert 10 * np.log10((signal**2).sum() / max((error**2).sum(), 1.0)) > 20  # SNR in dB
     assert metric(client, RETRIED) == 1
     assert client.get("/health").status_code == 200  # one failure is not degraded
     assert "failed at unit 1" in faulty_daemon.log()

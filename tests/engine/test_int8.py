@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import numpy as np
@@ -36,14 +35,18 @@ from magpie_tts.engine.precision import (
     int8_paths,
     select_decoder,
     select_frontend,
+    write_report,
 )
 from magpie_tts.engine.runtime import NHWC_LAYOUT, RuntimeConfig, choose_provider, make_session
 from onnxruntime.quantization import CalibrationMethod
 
+MOS = {"p808": 3.9, "ovrl": 3.3, "sig": 3.5, "bak": 4.1}
 GOOD = {
     "speedup": 1.3,
     "log_mel_db": 1.5,
     "pause_floor_dbfs": -76.0,
+    "mos_fp32": MOS,
+    "mos_int8": {**MOS, "p808": 3.85, "ovrl": 3.27},
     "wer_fp32": 0.04,
     "wer_int8": 0.05,
 }
@@ -61,6 +64,9 @@ def test_gate_passes_a_fast_faithful_model() -> None:
         ({"log_mel_db": 6.5}, "log-mel"),
         ({"pause_floor_dbfs": -60.0}, "hiss"),
         ({"wer_int8": 0.07}, "WER"),
+        ({"mos_int8": {**MOS, "p808": 3.75}}, "P.808"),
+        ({"mos_int8": {**MOS, "ovrl": 3.2}}, "OVRL"),
+        ({"mos_int8": None}, "DNSMOS not measured"),
     ],
 )
 def test_gate_fails_on_each_bound(change: dict, words: str) -> None:
@@ -68,10 +74,10 @@ def test_gate_fails_on_each_bound(change: dict, words: str) -> None:
     assert not passed and words in reason
 
 
-def test_gate_fails_safe_without_a_recognizer() -> None:
+def test_gate_without_a_recognizer_judges_by_ear_and_says_so() -> None:
     report = {k: v for k, v in GOOD.items() if not k.startswith("wer")}
     passed, reason = gate_verdict(report)
-    assert not passed and "WER not measured" in reason
+    assert passed and "WER not measured" in reason and "DNSMOS" in reason
 
 
 def test_decoder_selection_follows_the_report(voice, state_dir) -> None:
@@ -80,11 +86,11 @@ def test_decoder_selection_follows_the_report(voice, state_dir) -> None:
     assert select_decoder(split, "auto")[1] == "fp32"  # nothing prepared
     model.write_bytes(split.decoder.read_bytes())
     try:
-        report.write_text(json.dumps({"passed": False, "reason": "too noisy"}))
+        write_report(split, {"passed": False, "reason": "too noisy"})
         _, precision, why = select_decoder(split, "auto")
         assert precision == "fp32" and "too noisy" in why
         assert select_decoder(split, "int8")[1] == "int8"  # forced
-        report.write_text(json.dumps({"passed": True, "reason": "fine"}))
+        write_report(split, {"passed": True, "reason": "fine"})
         assert select_decoder(split, "auto") == (model, "int8", "INT8 passed its gate: fine")
         assert select_decoder(split, "fp32")[1] == "fp32"
     finally:
@@ -146,12 +152,12 @@ def test_the_int8_layout_follows_the_report(voice, state_dir) -> None:
     _, report = int8_paths(split)
     assert disabled_optimizers(split, "int8") == ()  # nothing prepared
     try:
-        report.write_text(json.dumps({"passed": True, "cpu_layout": "nchw"}))
+        write_report(split, {"passed": True, "cpu_layout": "nchw"})
         assert disabled_optimizers(split, "int8") == (NHWC_LAYOUT,)
         assert disabled_optimizers(split, "fp32") == ()
-        report.write_text(json.dumps({"passed": True, "cpu_layout": "nhwc"}))
+        write_report(split, {"passed": True, "cpu_layout": "nhwc"})
         assert disabled_optimizers(split, "int8") == ()
-        report.write_text(json.dumps({"passed": True, "cpu_layout": CHANNELS_LAST}))
+        write_report(split, {"passed": True, "cpu_layout": CHANNELS_LAST})
         assert disabled_optimizers(split, "int8") == ()
     finally:
         report.unlink()
@@ -175,10 +181,10 @@ def test_frontend_selection_follows_the_report(voice, state_dir) -> None:
     flow = flow_path(split)
     flow.write_bytes(split.frontend.read_bytes())
     try:
-        report.write_text(json.dumps({"passed": True, "frontend": "flow int8"}))
+        write_report(split, {"passed": True, "frontend": "flow int8"})
         assert select_frontend(split, "int8") == (flow, "flow int8")
         assert select_frontend(split, "fp32") == (split.frontend, "fp32")
-        report.write_text(json.dumps({"passed": True, "frontend": "fp32"}))
+        write_report(split, {"passed": True, "frontend": "fp32"})
         assert select_frontend(split, "int8") == (split.frontend, "fp32")
     finally:
         flow.unlink()
@@ -276,9 +282,9 @@ def test_only_an_int8_decoder_gated_through_the_expander_runs_with_it(voice, sta
     _, report = int8_paths(split)
     assert not expands(split, "int8")  # nothing prepared
     try:
-        report.write_text(json.dumps({"passed": True, "expander": True}))
+        write_report(split, {"passed": True, "expander": True})
         assert expands(split, "int8") and not expands(split, "fp32")
-        report.write_text(json.dumps({"passed": True}))  # an older prepare's report
+        write_report(split, {"passed": True})  # an older prepare's report
         assert not expands(split, "int8")
     finally:
         report.unlink()

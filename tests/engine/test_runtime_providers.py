@@ -13,7 +13,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 from magpie_tts.engine.graph.split import SplitGraph
-from magpie_tts.engine.precision import int8_paths, select_decoder
+from magpie_tts.engine.precision import int8_paths, select_decoder, write_report
 from magpie_tts.engine.runtime import (
     RuntimeConfig,
     choose_provider,
@@ -101,9 +101,9 @@ def test_failed_gpu_session_is_retried_on_the_next_provider_with_its_options(cap
 @pytest.fixture
 def prepared_split(tmp_path: Path) -> SplitGraph:
     split = SplitGraph(tmp_path / "frontend.onnx", tmp_path / "decoder.onnx", "/Mul_7_output_0", ())
-    model, report = int8_paths(split)
+    model, _ = int8_paths(split)
     model.write_bytes(b"int8")
-    report.write_text(json.dumps({"passed": True, "reason": "measured"}))
+    write_report(split, {"passed": True, "reason": "measured"})
     return split
 
 

@@ -36,7 +36,9 @@ class HealthRoutes:
             "version": self.host.version,
             "provider": status["provider"],
             "precision": status["precision"],
+            "int8": status.get("int8"),  # a background preparation's state and progress
             "selftest": status.get("selftest"),
+            "capacity": status.get("capacity"),  # client streams admitted at once
         }
         if status["health"] != "ok" or not self.host.healthy:
             body["state"] = "degraded"

@@ -261,7 +261,7 @@ class HttpFrontend(Frontend):
         no more are open at once than the core has streams, making audio or waiting."""
         core = self._ready(request)
         limits = self.config.limits
-        if self._sockets >= limits.max_streams + limits.max_waiting_streams:
+        if self._sockets >= core.slots.max_streams + limits.max_waiting_streams:
             raise ApiError(429, "too many speech WebSockets open: try again later", "busy")
         socket = SpeechSocket(self, request, core)  # its options checked: 400 before upgrade
         self._sockets += 1

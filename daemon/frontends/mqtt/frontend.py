@@ -153,12 +153,20 @@ class MqttFrontend(Frontend):
         kind = code or Refused(reason).code
         self.core.refused(self.name, kind)
         log.warning("rejected message on %s (id=%s): %s", topic, shown_id(request_id), kind)
-        self._publish_error(reason, topic, request_id, hermes)
+        self._publish_error(reason, topic, request_id, hermes, kind)
 
     def _publish_error(
-        self, reason: str, topic: str, request_id: str | None, hermes: dict[str, Any] | None
+        self,
+        reason: str,
+        topic: str,
+        request_id: str | None,
+        hermes: dict[str, Any] | None,
+        code: str | None = None,
     ) -> None:
-        self.link.publish(self.topics.error, {"id": request_id, "topic": topic, "error": reason})
+        error: dict[str, Any] = {"id": request_id, "topic": topic, "error": reason}
+        if code is not None:
+            error["code"] = code  # busy: shed or over a limit, try again later
+        self.link.publish(self.topics.error, error)
         if hermes is not None:
             self.link.publish(
                 self.topics.hermes_error,
