@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from magpie_tts.engine import split_voice
+from magpie_tts.engine import StreamingSynthesizer, split_voice
 from magpie_tts.engine.precision import needs_preparation, read_report
 
 from .config import Config
@@ -61,11 +61,16 @@ class Int8Background:
     the preparation failed: `reason` says which)."""
 
     def __init__(
-        self, config: Config, registry: VoiceRegistry, on_change: Callable[[], None] = lambda: None
+        self,
+        config: Config,
+        registry: VoiceRegistry,
+        on_change: Callable[[], None] = lambda: None,
+        on_switch: Callable[[StreamingSynthesizer], None] = lambda synth: None,
     ) -> None:
         self.config = config
         self.registry = registry
         self.on_change = on_change
+        self.on_switch = on_switch  # the new graphs' speed: admission is sized again
         self.state = "off"
         self.progress = 0.0  # 0-1 while preparing
         self.reason = ""
@@ -183,6 +188,7 @@ class Int8Background:
             self.on_change()
             return
         switched = self.registry.switch_default()
+        self.on_switch(switched)
         self.state, self.reason = switched.precision, switched.precision_reason
         if self.started_at is not None:
             self.took_s = time.monotonic() - self.started_at

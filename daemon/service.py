@@ -61,7 +61,9 @@ class Service:
             monitor=self,
             on_refused=self.metrics.refused,
         )
-        self.int8 = Int8Background(config, self.registry, self._health_changed)
+        self.int8 = Int8Background(
+            config, self.registry, self._health_changed, self.measure_capacity
+        )
         self.registry.failover.on_event = self.metrics.failover
         self.registry.failover.on_change = self._health_changed
         self._gauges()

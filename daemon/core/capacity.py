@@ -13,8 +13,9 @@ Both come from measured speed, not fixed numbers (the warm-up's, engine/stream/s
   (a first unit's frontend with its seam words, a 16-frame window with its context),
   encoding, the event loop and a machine shared with other work. `slowdown` is how
   much slower first turns run now than at warm-up (the engine's moving average of the
-  first turns measured live, against the warm-up's estimate), counted past a 1.25
-  dead band (their spread on an idle machine): a CPU starved by other work admits
+  first turns measured live, against the warm-up's estimate), counted past a 1.5
+  dead band (first turns of one stream spread 0.5–1.2× the estimate here, and a
+  burst's Python work between turns adds to them): a CPU starved by other work admits
   fewer. An integer `limits.max_streams` caps it. Past it a request is refused at once
   (`busy`).
 - **Shedding** (`limits.first_audio_budget_ms`). A new utterance's first audio waits
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from magpie_tts.engine import Speed
 
 SAFETY = 0.6
-DEAD_BAND = 1.25  # first turns this much slower than at warm-up still count as its speed
+DEAD_BAND = 1.5  # first turns this much slower than at warm-up still count as its speed
 # Before the voice is measured (and when it cannot be): the fixed limit of old.
 UNMEASURED = 8
 MAX_STREAMS = 256
@@ -134,6 +135,7 @@ class Capacity:
             lanes = self.speed.lanes
             shown["lanes"] = len(lanes)
             shown["lane_rtf"] = round(sum(lane.rtf for lane in lanes) / len(lanes), 4)
+            shown["slowdown"] = round(slowdown(self.speed, self.live_first_turn()), 2)
         if self.budget_s:
             shown["first_audio_budget_ms"] = round(self.budget_s * 1000)
         return shown
