@@ -21,10 +21,11 @@ def test_report_rows_against_piper() -> None:
         "N online first": [0.3] * 10,
         "N online whole": [2.0] * 10,
         "N piper": [1.5] * 10,
+        "N refused": [0, 2, 1],
     }
     text = report(results, rounds=3, clients=10)
     assert "online first                   110.0   0.220" in text
-    assert "N=10 at once" in text
+    assert "N=10 at once" in text and "refused as busy: 3 of 30" in text
     assert "N online first                 300.0   300.0   0.600    0.200" in text
     del results["N piper"]  # piper's HTTP server could not run (no flask)
     assert "N online first                 300.0   300.0   0.600        -" in report(results, 3, 10)

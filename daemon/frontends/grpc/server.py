@@ -61,7 +61,10 @@ class GrpcFrontend(Frontend):
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", limits.max_payload_bytes),
             ],
-            maximum_concurrent_rpcs=limits.max_streams + limits.max_waiting_streams + SPARE_CALLS,
+            # (the core's stream capacity as measured at start: the frontend starts then)
+            maximum_concurrent_rpcs=(
+                self.host.core.slots.max_streams + limits.max_waiting_streams + SPARE_CALLS
+            ),
         )
         stubs().tts_grpc.add_RivaSpeechSynthesisServicer_to_server(RivaSynthesis(self), server)
         try:
