@@ -317,7 +317,11 @@ class Core:
                 if not to_client:
                     preempt = self._preemption(utterance)
                     playback = self.speaker.playback if preempt is not None else None
-            self.report(utterance, "queued", priority=utterance.ask.priority, queue_depth=depth)
+            notes = getattr(utterance.units, "notes", ())  # SSML asked for, without effect
+            extra = {"notes": list(notes)} if notes else {}
+            self.report(
+                utterance, "queued", priority=utterance.ask.priority, queue_depth=depth, **extra
+            )
         if to_client:
             worker = threading.Thread(
                 target=self.guarded,

@@ -200,6 +200,7 @@ _REFUSAL_CODES = (
     (("too many", "rate limit", "queue full"), "busy"),
     (("empty", "speakable"), "empty-text"),
     (("markup", "control character"), "bad-text"),
+    (("SSML",), "bad-ssml"),
     (("shutting down",), "shutting-down"),
     (("in use", "already queued"), "duplicate-id"),
 )

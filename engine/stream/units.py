@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..text.phonemize import MAX_UNIT_IDS
-from ..text.segment import context_of
+from ..text.segment import context_of, prosody_of
 from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
 from .config import CacheUse
 from .expander import Expander
@@ -24,6 +24,7 @@ from .turns import Pace
 if TYPE_CHECKING:
     from .synth import StreamingSynthesizer
 
+MIN_SPEED, MAX_SPEED = 0.25, 4.0  # SynthesisOptions' bounds
 CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
 
 
@@ -59,7 +60,33 @@ class Stream:
     sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
 
     def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
-        """The audio of the utterance's unit `index`: its cached phrase, or a turn a window."""
+        """The audio of the utterance's unit `index`, spoken as its prosody says (SSML):
+        silence before and after it (yielded at once: a break never waits for the next
+        unit's frontend), its rate on the speed, its gain on the samples."""
+        prosody = prosody_of(clause)
+        if prosody.pause_s > 0 and not self.stop.stopped:
+            yield self._silence(prosody.pause_s, index)
+        options = self.options
+        if prosody.rate != 1.0:
+            speed = min(max(options.speed * prosody.rate, MIN_SPEED), MAX_SPEED)
+            options = replace(options, speed=speed)
+        for chunk in self._unit_audio(clause, index, options):
+            if prosody.gain != 1.0:
+                gained = chunk.pcm.astype(np.float32) * prosody.gain
+                chunk.pcm = np.clip(np.rint(gained), -32768, 32767).astype(np.int16)
+            yield chunk
+        if prosody.tail_s > 0 and not self.stop.stopped:
+            yield self._silence(prosody.tail_s, index)
+
+    def _silence(self, seconds: float, index: int) -> AudioChunk:
+        rate = self.synth.voice.sample_rate
+        self.pace.made(seconds)
+        return AudioChunk(np.zeros(round(seconds * rate), np.int16), rate, index)
+
+    def _unit_audio(
+        self, clause: str, index: int, options: SynthesisOptions
+    ) -> Iterator[AudioChunk]:
+        """The unit's own audio: its cached phrase, or a turn a window."""
         synth, pace, join = self.synth, self.pace, self.join
         rate = synth.voice.sample_rate
         before, after = context_of(clause) if synth.durations_name else ("", "")
@@ -68,7 +95,7 @@ class Stream:
         # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
         cache = synth.phrase_cache if self.cache_use != "bypass" and not (before or after) else None
         key = (
-            cache.key(synth.voice, synth.sessions.precisions_key, self.options, clause)
+            cache.key(synth.voice, synth.sessions.precisions_key, options, clause)
             if cache
             else None
         )
@@ -83,13 +110,13 @@ class Stream:
             if not cache.wants(key, marked=self.cache_use in ("keep", "pin")):
                 key = None
         started = time.perf_counter()
-        self.sid = synth.voice.speaker_id(self.options.speaker)
+        self.sid = synth.voice.speaker_id(options.speaker)
         pieces: list[np.ndarray] = []
         held: list[np.ndarray] = []
         # Only an utterance's first clause needs a small first chunk: later clauses are
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(synth.config.schedule) - 1
-        chunks = self.unit_chunks(clause, before, after, first_step)
+        chunks = self.unit_chunks(clause, before, after, first_step, options)
         # The first turn runs the unit's frontend: ask for it that much before running dry.
         pace.need_s = max(synth.frontend_s_per_char) * len(before + clause + after)
         first_turn = pace.first_at is None  # this turn makes the stream's first sound
@@ -137,12 +164,12 @@ class Stream:
             cache.put(key, np.concatenate(pieces), pinned=self.cache_use == "pin")
 
     def unit_chunks(
-        self, clause: str, before: str, after: str, first_step: int
+        self, clause: str, before: str, after: str, first_step: int, options: SynthesisOptions
     ) -> Iterator[tuple[np.ndarray, np.ndarray, bool, bool]]:
         """A unit's chunks as (emit, hold, crossfades with a held tail, last), float views;
         the caller holds a turn per next(), so the frontend runs inside the first one.
         After the last chunk no session runs: the caller ends the unit without a turn."""
-        synth, options, pace = self.synth, self.options, self.pace
+        synth, pace = self.synth, self.pace
         clock = StageTimes()
         if before or after:
             started = time.perf_counter()

@@ -64,6 +64,8 @@ class Phonemizer:
                     out.append(" ")
                 continue
             if part.startswith("[["):
+                if out and out[-1] != " ":
+                    out.append(" ")  # a block is a word of its own
                 out.extend(unicodedata.normalize("NFD", part[2:-2].strip()))
                 continue
             for phonemes, terminator, _end in _espeak_phonemes(self.voice.espeak_voice, part):

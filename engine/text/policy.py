@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import TextError
 from . import normalize as textmod
+from . import ssml
 from .segment import (
     DEFAULT_FIRST_WORDS,
     DEFAULT_MAX_WORDS,
@@ -35,11 +36,12 @@ class TextPolicy:
     max_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_clause_words: int = DEFAULT_MAX_WORDS
     first_clause_words: int = DEFAULT_FIRST_WORDS  # 0: the first clause is not shortened
-    # Markup (SSML and the like) is refused rather than read out or silently stripped.
+    # Markup outside SSML is refused rather than read out or silently stripped.
     reject_markup: bool = True
 
-    def check(self, text: str, streamed_total: int | None = None) -> str:
-        """Refuse what a speaker must not read: too long, control characters, markup."""
+    def check(self, text: str, streamed_total: int | None = None, markup: bool = False) -> str:
+        """Refuse what a speaker must not read: too long, control characters, markup
+        (unless `markup`: an SSML document, read by ssml.py)."""
         if not isinstance(text, str):
             raise TextError("text must be a string")
         total = len(text) if streamed_total is None else streamed_total
@@ -49,21 +51,30 @@ class TextPolicy:
         for char in text:
             if unicodedata.category(char) == "Cc" and char not in "\t\n\r":
                 raise TextError(f"text contains a control character (U+{ord(char):04X})")
-        tag = _MARKUP.search(text) if self.reject_markup else None
+        tag = _MARKUP.search(text) if self.reject_markup and not markup else None
         if tag:
             # Where, not what: a reason reaches shared places (MQTT's error topic, clients'
             # logs), and the tag may hold what the sender meant to keep (a PIN, a name).
             where = " of the piece" if streamed_total is not None else ""
             at = f"a tag at character {tag.start() + 1}{where}"
-            raise TextError(f"markup is not supported ({at}): send plain text")
+            how = "send plain text" if where else "send plain text, or SSML starting with <speak>"
+            raise TextError(f"markup is not supported ({at}): {how}")
         return text
 
-    def units(self, text: str) -> list[str]:
-        """Validated, split and normalized synthesis units; TextError before any audio."""
-        self.check(text)
+    def units(self, text: str) -> Units:
+        """Validated, split and normalized synthesis units; TextError before any audio.
+        Text that starts with `<speak` is an SSML document (ssml.py)."""
+        document = ssml.is_ssml(text) if isinstance(text, str) else False
+        self.check(text, markup=document)
         if not text.strip():
             raise TextError("text is empty")
-        spoken = speakable(split_clauses(text, self.max_clause_words, self.first_clause_words))
+        if document:
+            parsed = ssml.parse(text)
+            words = (self.max_clause_words, self.first_clause_words)
+            spoken = Units(ssml.document_units(parsed, *words), parsed.notes)
+        else:
+            clauses = split_clauses(text, self.max_clause_words, self.first_clause_words)
+            spoken = Units(speakable(clauses))
         if not spoken:
             raise TextError("nothing speakable in the text (no letters after clean-up)")
         return spoken
@@ -157,3 +168,12 @@ class TextStream:
     # The name the first version had; `timeout` is the idle limit.
     def clauses(self, timeout: float | None = None) -> Iterator[str]:
         return self.units(timeout)
+
+
+class Units(list[str]):
+    """An utterance's units, with what its SSML asked for that had no effect (`notes`:
+    tag and attribute names, never the text)."""
+
+    def __init__(self, units: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
+        super().__init__(units)
+        self.notes = tuple(notes)

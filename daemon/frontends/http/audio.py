@@ -31,9 +31,12 @@ class OutcomeSink:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.notes: list[str] = []
         self.outcome: asyncio.Future[Event] = loop.create_future()
 
     def report(self, utterance: Utterance, event: Event) -> None:  # from a core thread
+        if event.name == "queued":  # reported in submit, before any audio
+            self.notes = event.fields.get("notes", [])
         if event.terminal:
             self.loop.call_soon_threadsafe(self._settle, event)
 
@@ -141,6 +144,8 @@ class AudioResponse(OutcomeSink):
             headers["X-Audio-Content-Type"] = CONTENT_TYPES[self.fmt]  # what the deltas hold
         if self.fmt in ("wav", "pcm"):
             headers["X-Audio-Format"] = "s16le; channels=1"
+        if self.notes:  # SSML asked for, without effect (tag names, never the text)
+            headers["X-SSML-Notes"] = "; ".join(self.notes)
         return headers
 
     async def _start(self) -> web.StreamResponse:
