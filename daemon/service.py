@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from magpie_tts.engine import VoiceSummary
+from magpie_tts.engine import Lexicon, VoiceSummary, unknown_symbols
 
 from . import VERSION
 from .config import Config
@@ -74,8 +74,21 @@ class Service:
         self._start(f for f in self.frontends if f.answers_while_loading)
 
     def load(self) -> None:
-        """Load and warm the default voice (EngineError when it cannot be loaded)."""
+        """Load and warm the default voice, read engine.lexicon (EngineError when either
+        cannot be used)."""
         self.registry.load()
+        self.reload_lexicon()
+
+    def reload_lexicon(self) -> None:
+        """Read engine.lexicon and check it against the default voice's phonemes; the
+        lexicon in use is replaced only by one that passes (LexiconError names the line)."""
+        path = self.config.engine.lexicon
+        if path is None:
+            return
+        fresh = Lexicon.from_file(path)
+        unknown_symbols(fresh.entries, self.registry.default.voice.phoneme_id_map)
+        self.core.policy.lexicon.replace(fresh)
+        log.info("lexicon: %d entries from %s", len(fresh), path)
 
     def start(self) -> None:
         """Start the player, the core and the other frontends, then serve. If one cannot

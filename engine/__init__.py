@@ -20,6 +20,7 @@ from .stream.config import EngineConfig
 from .stream.decoder import DEFAULT_SCHEDULE
 from .stream.synth import StreamingSynthesizer
 from .stream.turns import CLIENT, SPEAKER
+from .text.lexicon import Lexicon, LexiconError, parse_custom, unknown_symbols
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
 from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
 from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
@@ -45,6 +46,8 @@ __all__ = [
     "CacheConfig",
     "EngineConfig",
     "EngineError",
+    "Lexicon",
+    "LexiconError",
     "RuntimeConfig",
     "SplitGraph",
     "StageTimes",
@@ -62,10 +65,12 @@ __all__ = [
     "inspect_voice",
     "installed_voice_models",
     "load_voice",
+    "parse_custom",
     "session_options",
     "split_dir",
     "split_voice",
     "summarize_voice",
     "to_pcm",
+    "unknown_symbols",
     "use_shared_thread_pool",
 ]

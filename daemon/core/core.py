@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from magpie_tts.engine import EngineError, TextPolicy, VoiceError
+from magpie_tts.engine import EngineError, TextPolicy, VoiceError, parse_custom, unknown_symbols
 
 from ..player import Playback
 from .client import stream_to_client
@@ -169,7 +169,8 @@ class Core:
         utterance = Utterance(ask, sink or NullSink(), audio_out=audio_out)
         try:
             self._check_voice(ask)
-            utterance.units = self.policy.units(ask.text)  # the very units spoken later
+            # the very units spoken later
+            utterance.units = self.policy.units(ask.text, ask.custom_dictionary)
         except EngineError as exc:
             raise Refused(str(exc), ask.id) from None
         self._admit(utterance)
@@ -206,7 +207,10 @@ class Core:
             except EngineError as exc:
                 raise Refused(str(exc), ask.id) from None
             utterance = Utterance(
-                ask, sink or NullSink(), stream=self.policy.stream(self.clock), audio_out=audio_out
+                ask,
+                sink or NullSink(),
+                stream=self.policy.stream(self.clock, ask.custom_dictionary),
+                audio_out=audio_out,
             )
             self._admit(utterance)
         try:
@@ -283,6 +287,8 @@ class Core:
         synth = self.registry.check(ask.voice)
         if synth is not None:
             synth.voice.speaker_id(ask.speaker)  # an unknown speaker fails now
+            if ask.custom_dictionary:  # a phoneme the voice cannot say fails now, named
+                unknown_symbols(parse_custom(ask.custom_dictionary), synth.voice.phoneme_id_map)
 
     def _admit(self, utterance: Utterance) -> None:
         """Queue it (or refuse); `queued` is reported before any later event."""

@@ -54,6 +54,8 @@ class Ask:
     speaker: int | str | None = None  # multi-speaker voices: id or name
     priority: str = "normal"
     cacheable: bool = False  # the sender marks this phrase as worth caching
+    # Riva's format, entries separated by commas: "word  IPA,word  IPA" (over engine.lexicon)
+    custom_dictionary: str | None = None
     site_id: str | None = None  # Hermes
     session_id: str | None = None  # Hermes
     received_at: float = field(default_factory=time.monotonic)
@@ -201,6 +203,7 @@ _REFUSAL_CODES = (
     (("empty", "speakable"), "empty-text"),
     (("markup", "control character"), "bad-text"),
     (("SSML",), "bad-ssml"),
+    (("custom_dictionary", "lexicon"), "bad-dictionary"),
     (("shutting down",), "shutting-down"),
     (("in use", "already queued"), "duplicate-id"),
 )

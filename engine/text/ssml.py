@@ -17,6 +17,7 @@ as text and reported in `notes`: tag and attribute names only, never the text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from xml.etree.ElementTree import Element, ParseError
 
@@ -24,6 +25,7 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
 from ..errors import TextError
+from .lexicon import Lexicon
 from .normalize import has_speakable, normalize
 from .sayas import known, say_as
 from .segment import ClauseSplitter, Prosody, Unit, context_of, spoken_words
@@ -283,10 +285,13 @@ def _gain(value: str) -> float:
 _MARK = re.compile(f"\\s*{MARK_OPEN}(\\d+){MARK_CLOSE}\\s*")
 
 
-def document_units(document: Document, max_words: int, first_words: int) -> list[Unit]:
+def document_units(
+    document: Document, max_words: int, first_words: int, lexicon: Lexicon | None = None
+) -> list[Unit]:
     """The document's units: each segment split as plain text is (the first unit as
     short), normalized, its prosody attached. A unit with nothing to say passes its
     pause and marks on to the next; marks after the last word go on the last unit."""
+    said = lexicon.apply if lexicon is not None else (lambda text: text)
     units: list[Unit] = []
     pause, marks = 0.0, []  # what waits for the next unit that speaks
     for segment in document.segments:
@@ -294,8 +299,8 @@ def document_units(document: Document, max_words: int, first_words: int) -> list
         splitter = ClauseSplitter(max_words, first_words if not units else 0)
         raw = [*splitter.feed(segment.text), *splitter.flush()]
         for clause in raw:
-            text, here = _unmarked(clause, segment.marks)
-            before, after = (normalize(_MARK.sub(" ", part)) for part in context_of(clause))
+            text, here = _unmarked(clause, segment.marks, said)
+            before, after = (normalize(said(_MARK.sub(" ", p))) for p in context_of(clause))
             spoken = Unit(normalize(text), before, after)
             if not has_speakable(spoken):
                 marks.extend(name for _, name in here)
@@ -318,7 +323,9 @@ def document_units(document: Document, max_words: int, first_words: int) -> list
     return units
 
 
-def _unmarked(clause: str, names: list[str]) -> tuple[str, list[tuple[int, str]]]:
+def _unmarked(
+    clause: str, names: list[str], said: Callable[[str], str]
+) -> tuple[str, list[tuple[int, str]]]:
     """A clause without its mark places, and each mark's word index in its normalized
     text (normalization rewrites numbers and abbreviations: counted after it)."""
     placed: list[tuple[int, str]] = []
@@ -326,8 +333,8 @@ def _unmarked(clause: str, names: list[str]) -> tuple[str, list[tuple[int, str]]
     position = 0
     for match in _MARK.finditer(clause):
         pieces.append(clause[position : match.start()])
-        before = normalize(" ".join(pieces))
+        before = normalize(said(" ".join(pieces)))
         placed.append((len(spoken_words(before)), names[int(match[1])]))
         position = match.end()
     pieces.append(clause[position:])
-    return " ".join(p.strip() for p in pieces if p.strip()), placed
+    return said(" ".join(p.strip() for p in pieces if p.strip())), placed

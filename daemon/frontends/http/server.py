@@ -188,7 +188,12 @@ class HttpFrontend(Frontend):
         fmt, rate = fields.audio_output(data, "response_format", "mp3")
         stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
         ask = Ask(
-            id=new_id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
+            id=new_id("http"),
+            text=text,
+            source="http",
+            voice=voice,
+            speed=fields.speed(data),
+            custom_dictionary=fields.string(data, "custom_dictionary"),
         )
         return await self._speak(request, core, ask, (fmt, rate), stream_format)
 
@@ -218,6 +223,7 @@ class HttpFrontend(Frontend):
             voice=fields.voice(fields.string(options, "voice")),
             speed=fields.speed(options),
             speaker=speaker,
+            custom_dictionary=fields.string(options, "custom_dictionary"),
         )
         return await self._speak(
             request, core, ask, output, "audio" if stream else None, text_body=streamed
