@@ -23,7 +23,7 @@ from .stream.turns import CLIENT, SPEAKER
 from .text.lexicon import Lexicon, LexiconError, parse_custom, unknown_symbols
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
 from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
-from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime, to_pcm
 from .voice import (
     Voice,
     VoiceSummary,
@@ -60,6 +60,7 @@ __all__ = [
     "Voice",
     "VoiceError",
     "VoiceSummary",
+    "WordTime",
     "clear_directory",
     "find_voice",
     "inspect_voice",

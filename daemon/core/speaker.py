@@ -18,6 +18,7 @@ from magpie_tts.engine import StopToken, SynthesisOptions
 from ..player import Playback
 from .stats import Tally
 from .utterance import Utterance
+from .wordclock import WordClock
 
 if TYPE_CHECKING:
     from .core import Core
@@ -107,6 +108,7 @@ class Speaker:
         options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
         units = utterance.pending_units(core.limits.stream_idle_s, lambda: utterance.stop.stopped)
         tally = Tally()
+        clock = WordClock(core, utterance, playback) if ask.marks else None
         chunks = core.registry.failover.stream(
             synth,
             units,
@@ -118,8 +120,12 @@ class Speaker:
         for chunk in chunks:
             self.heartbeat = core.clock()
             tally.add(chunk)
+            if clock is not None and chunk.words:
+                clock.add(chunk.words)
             if not core.player.submit(playback, chunk.pcm, unit=chunk.clause_index):
                 break
+        if clock is not None:
+            clock.close()
         core.player.finish(playback)
         while not playback.finished.wait(1.0):
             self.heartbeat = core.clock()

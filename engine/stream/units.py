@@ -14,11 +14,12 @@ import numpy as np
 
 from ..text.phonemize import MAX_UNIT_IDS
 from ..text.segment import context_of, prosody_of
-from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime, to_pcm
 from .config import CacheUse
 from .expander import Expander
 from .latent import FlowLatent
 from .seam import SampleCrop, crossfade, fade_out, unit_span
+from .timing import from_durations, shown_words, spread, with_marks
 from .turns import Pace
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class Stream:
     pace: Pace
     expand: Expander | None
     join: _Join = field(default_factory=_Join)
+    delivered: int = 0  # samples yielded so far: where the next unit's words start
+    unit_words: list[WordTime] | None = None  # the unit's, relative to its audio
     sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
 
     def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
@@ -64,24 +67,53 @@ class Stream:
         silence before and after it (yielded at once: a break never waits for the next
         unit's frontend), its rate on the speed, its gain on the samples."""
         prosody = prosody_of(clause)
+        rate = self.synth.voice.sample_rate
         if prosody.pause_s > 0 and not self.stop.stopped:
             yield self._silence(prosody.pause_s, index)
         options = self.options
         if prosody.rate != 1.0:
             speed = min(max(options.speed * prosody.rate, MIN_SPEED), MAX_SPEED)
             options = replace(options, speed=speed)
+        self.unit_words = None
+        timed = False
         for chunk in self._unit_audio(clause, index, options):
             if prosody.gain != 1.0:
                 gained = chunk.pcm.astype(np.float32) * prosody.gain
                 chunk.pcm = np.clip(np.rint(gained), -32768, 32767).astype(np.int16)
+            if not timed and chunk.clause_index == index:  # the unit's first own audio
+                timed = True
+                words = self.unit_words if self.unit_words is not None else []
+                words = with_marks(words, prosody, 0.0)
+                chunk.words = [w.shifted(self.delivered / rate) for w in words]
             yield chunk
+            self.delivered += len(chunk.pcm)
         if prosody.tail_s > 0 and not self.stop.stopped:
             yield self._silence(prosody.tail_s, index)
 
     def _silence(self, seconds: float, index: int) -> AudioChunk:
         rate = self.synth.voice.sample_rate
         self.pace.made(seconds)
-        return AudioChunk(np.zeros(round(seconds * rate), np.int16), rate, index)
+        samples = round(seconds * rate)
+        self.delivered += samples  # counted here: no word rides on silence
+        return AudioChunk(np.zeros(samples, np.int16), rate, index)
+
+    def _words(
+        self, clause: str, before: str, durations: np.ndarray, origin: float, ids: int
+    ) -> None:
+        """The unit's word times from its durations (timing.py); `origin`: the frame its
+        audio starts at; `ids`: all its ids, where it was cut into parts."""
+        synth = self.synth
+        spans, first = synth.phonemizer.word_spans(clause, before)
+        per_frame = synth.voice.hop_length / synth.voice.sample_rate
+        words = shown_words(clause)
+        if ids > len(durations):  # a runaway unit in parts: spread over its estimate
+            estimate = float(durations.sum()) * ids / max(len(durations), 1) * per_frame
+            self.unit_words = spread(words, 0.0, estimate)
+            return
+        sizes = None
+        if len(words) != len(spans):  # espeak joined or split words: align by phonemes
+            sizes = [len(synth.phonemizer.phonemes(w)) for w in words]
+        self.unit_words = from_durations(words, spans, durations, first, origin, per_frame, sizes)
 
     def _unit_audio(
         self, clause: str, index: int, options: SynthesisOptions
@@ -105,6 +137,8 @@ class Stream:
             if cached is not None:
                 spent = time.perf_counter() - started
                 pace.made(len(cached) / rate)
+                known = synth.phrase_words.get(key)
+                self.unit_words = known or spread(shown_words(clause), 0.0, len(cached) / rate)
                 yield AudioChunk(cached, rate, index, spent, cached=True)
                 return
             if not cache.wants(key, marked=self.cache_use in ("keep", "pin")):
@@ -162,6 +196,8 @@ class Stream:
             join.tail, join.index = np.concatenate(held), index
         if cache is not None and key is not None and pieces and not self.stop.stopped:
             cache.put(key, np.concatenate(pieces), pinned=self.cache_use == "pin")
+            if self.unit_words is not None:
+                synth.remember_words(key, self.unit_words)
 
     def unit_chunks(
         self, clause: str, before: str, after: str, first_step: int, options: SynthesisOptions
@@ -186,6 +222,8 @@ class Stream:
                     lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
                     hop = synth.voice.hop_length
                     span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
+                    origin = lo - (0.5 if span.joins_previous else 0.0)  # half a frame
+                    self._words(clause, before, durations, origin, len(ids))
                     crop = SampleCrop(span)
                     keep = (span.decode_from, span.decode_to)
                     # The flow runs only over the frames the windows read: not over the
@@ -212,8 +250,11 @@ class Stream:
         clock.phonemize_s += time.perf_counter() - started
         for part, ids in enumerate(parts):
             started = time.perf_counter()
-            prior, mask, _ = synth.prior(ids, options, durations=False)
+            timing = part == 0 and synth.durations_name is not None
+            prior, mask, durations = synth.prior(ids, options, durations=timing)
             clock.frontend_s += time.perf_counter() - started
+            if durations is not None:
+                self._words(clause, "", durations, 0.0, sum(len(p) for p in parts))
             clock.ids += len(ids)
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step

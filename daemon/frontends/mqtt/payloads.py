@@ -105,6 +105,7 @@ def _options(data: dict[str, Any]) -> dict[str, Any]:
         "priority": priority,
         "cacheable": _field(data, "cache", bool, False),
         "custom_dictionary": _field(data, "custom_dictionary", str, None),
+        "marks": _field(data, "marks", bool, False),
     }
 
 

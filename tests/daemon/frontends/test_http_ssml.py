@@ -74,3 +74,38 @@ def test_ssml_over_the_openai_sdk(speak, synth) -> None:
     assert 0.75 <= _longest_quiet_s(found["broken"], rate) <= 1.2
     assert 1.6 <= len(found["slow"]) / len(found["plain"]) <= 2.5
     assert len(found["after"]) > rate // 4
+
+
+def test_word_timings_as_sse_events_and_captioned_json(speak) -> None:
+    import base64
+    import json
+
+    text = '<speak>Turn on the lights. <break time="300ms"/>Then <mark name="m"/>lock up.</speak>'
+
+    async def check(sdk: Any) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+        body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+        client = sdk._client  # the SDK's own httpx client, for the raw SSE lines
+        base = str(sdk.base_url)
+        events = []
+        async with client.stream(
+            "POST", f"{base}audio/speech", json={**body, "stream_format": "sse", "timestamps": True}
+        ) as reply:
+            async for line in reply.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        captioned = (await client.post(f"{base}audio/speech/captioned", json=body)).json()
+        refused = await client.post(f"{base}audio/speech", json={**body, "timestamps": True})
+        return events, captioned, refused.status_code
+
+    events, captioned, refused = speak(check)
+    kinds = [e["type"] for e in events]
+    words = [e for e in events if e["type"] == "speech.word"]
+    assert [w["word"] for w in words] == "Turn on the lights Then lock up".split()
+    assert kinds.index("speech.word") < kinds.index("speech.audio.delta")  # before its audio
+    assert [e["name"] for e in events if e["type"] == "speech.mark"] == ["m"]
+    audio_s = sum(len(base64.b64decode(e["audio"])) for e in events if "audio" in e) / 2 / 22050
+    assert all(0 <= w["start"] <= w["end"] <= audio_s for w in words)
+    assert [w["word"] for w in captioned["words"]] == [w["word"] for w in words]
+    assert captioned["marks"][0]["name"] == "m" and captioned["content_type"] == "audio/pcm"
+    assert len(base64.b64decode(captioned["audio"])) / 2 / 22050 == pytest.approx(audio_s, 0.05)
+    assert refused == 400  # timestamps need SSE or the captioned route
