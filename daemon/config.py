@@ -112,6 +112,9 @@ class EngineSection(_Section):
     cache_repeats: int = Field(3, ge=1, le=1000)  # cached once said this often ...
     cache_window_s: float = Field(3600.0, gt=0)  # ... within this many seconds
     hot_phrases: tuple[str, ...] = ("Okay.", "One moment.", "Sorry, I didn't catch that.")
+    # Pronunciations, `word  IPA` a line (Riva's custom_dictionary format); read at start
+    # and on SIGHUP (docs/ssml.md). None: none.
+    lexicon: Path | None = None
     state_dir: Path = Field(default_factory=lambda: default_state_dir())
     gpu_mem_limit_mb: int = Field(1024, ge=64)
     device_id: int = Field(0, ge=0, le=64)  # CUDA device (GPU index)

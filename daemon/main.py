@@ -133,6 +133,10 @@ def _serve(
         if reload.is_set():
             reload.clear()
             _reload(config_path)
+            try:
+                service.reload_lexicon()
+            except EngineError as exc:
+                log.error("SIGHUP: lexicon not reloaded, the old one stays: %s", exc)
         service.registry.retry_primary()  # a voice that did not load: again, in time
         if service.healthy:
             notifier.watchdog()

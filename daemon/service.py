@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from magpie_tts.engine import VoiceSummary, measured_speed
+from magpie_tts.engine import Lexicon, VoiceSummary, measured_speed, unknown_symbols
 
 from . import VERSION
 from .config import Config
@@ -80,9 +80,21 @@ class Service:
         self._start(f for f in self.frontends if f.answers_while_loading)
 
     def load(self) -> None:
-        """Load and warm the default voice (EngineError when it cannot be loaded), and
-        size admission by its measured speed (core/capacity.py)."""
+        """Load and warm the default voice, read engine.lexicon (EngineError when either
+        cannot be used), and size admission by its measured speed (core/capacity.py)."""
         self.measure_capacity(self.registry.load())
+        self.reload_lexicon()
+
+    def reload_lexicon(self) -> None:
+        """Read engine.lexicon and check it against the default voice's phonemes; the
+        lexicon in use is replaced only by one that passes (LexiconError names the line)."""
+        path = self.config.engine.lexicon
+        if path is None:
+            return
+        fresh = Lexicon.from_file(path)
+        unknown_symbols(fresh.entries, self.registry.default.voice.phoneme_id_map)
+        self.core.policy.lexicon.replace(fresh)
+        log.info("lexicon: %d entries from %s", len(fresh), path)
 
     def measure_capacity(self, synth: Any) -> None:
         """Size client admission by the voice's measured speed (core/capacity.py); again

@@ -21,9 +21,10 @@ from .stream.decoder import DEFAULT_SCHEDULE
 from .stream.speed import LaneSpeed, Speed, measured_speed, usable_cores
 from .stream.synth import StreamingSynthesizer
 from .stream.turns import CLIENT, SPEAKER
+from .text.lexicon import Lexicon, LexiconError, parse_custom, unknown_symbols
 from .text.policy import DEFAULT_MAX_TEXT_CHARS, TextPolicy, TextStream
 from .text.segment import DEFAULT_FIRST_WORDS, DEFAULT_MAX_WORDS
-from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from .values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime, to_pcm
 from .voice import (
     Voice,
     VoiceSummary,
@@ -47,6 +48,8 @@ __all__ = [
     "EngineConfig",
     "EngineError",
     "LaneSpeed",
+    "Lexicon",
+    "LexiconError",
     "RuntimeConfig",
     "Speed",
     "SplitGraph",
@@ -60,17 +63,20 @@ __all__ = [
     "Voice",
     "VoiceError",
     "VoiceSummary",
+    "WordTime",
     "clear_directory",
     "find_voice",
     "inspect_voice",
     "installed_voice_models",
     "load_voice",
     "measured_speed",
+    "parse_custom",
     "session_options",
     "split_dir",
     "split_voice",
     "summarize_voice",
     "to_pcm",
+    "unknown_symbols",
     "usable_cores",
     "use_shared_thread_pool",
 ]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -26,6 +27,21 @@ class SynthesisOptions:
                 raise TextError(f"{name} {value} outside 0..2")
 
 
+@dataclass(frozen=True)
+class WordTime:
+    """A spoken word (or an SSML mark) and when it sounds: seconds from the start of the
+    stream's delivered audio (after speed and prosody, breaks included). A mark has
+    start == end and kind "mark"."""
+
+    word: str
+    start: float
+    end: float
+    kind: Literal["word", "mark"] = "word"
+
+    def shifted(self, seconds: float) -> WordTime:
+        return WordTime(self.word, self.start + seconds, self.end + seconds, self.kind)
+
+
 @dataclass
 class AudioChunk:
     pcm: np.ndarray  # int16, mono
@@ -33,6 +49,9 @@ class AudioChunk:
     clause_index: int
     compute_s: float = 0.0  # synthesis time spent on this chunk (not waiting for text)
     cached: bool = False  # came from the phrase cache
+    # The words (and marks) of the unit this chunk starts, on the first chunk of its
+    # audio: before or with the audio they describe (stream/timing.py).
+    words: list[WordTime] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:

@@ -42,6 +42,8 @@ def stream_to_client(core: Core, utterance: Utterance) -> None:
         pcm = chunk.pcm
         if ask.volume != 1.0:
             pcm = np.clip(pcm * ask.volume, -32768, 32767).astype(np.int16)
+        if chunk.words and (timed := getattr(out, "words", None)) is not None:
+            timed(chunk.words)  # before the audio they describe (an optional AudioOut part)
         if not out.write(pcm, rate):
             with core.lock:
                 utterance.stop_reason = utterance.stop_reason or "client gone"

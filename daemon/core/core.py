@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from magpie_tts.engine import EngineError, TextPolicy, VoiceError
+from magpie_tts.engine import EngineError, TextPolicy, VoiceError, parse_custom, unknown_symbols
 
 from ..player import Playback
 from .capacity import Capacity
@@ -174,7 +174,8 @@ class Core:
         utterance = Utterance(ask, sink or NullSink(), audio_out=audio_out)
         try:
             self._check_voice(ask)
-            utterance.units = self.policy.units(ask.text)  # the very units spoken later
+            # the very units spoken later
+            utterance.units = self.policy.units(ask.text, ask.custom_dictionary)
         except EngineError as exc:
             raise Refused(str(exc), ask.id) from None
         self._admit(utterance)
@@ -211,7 +212,10 @@ class Core:
             except EngineError as exc:
                 raise Refused(str(exc), ask.id) from None
             utterance = Utterance(
-                ask, sink or NullSink(), stream=self.policy.stream(self.clock), audio_out=audio_out
+                ask,
+                sink or NullSink(),
+                stream=self.policy.stream(self.clock, ask.custom_dictionary),
+                audio_out=audio_out,
             )
             self._admit(utterance)
         try:
@@ -288,6 +292,8 @@ class Core:
         synth = self.registry.check(ask.voice)
         if synth is not None:
             synth.voice.speaker_id(ask.speaker)  # an unknown speaker fails now
+            if ask.custom_dictionary:  # a phoneme the voice cannot say fails now, named
+                unknown_symbols(parse_custom(ask.custom_dictionary), synth.voice.phoneme_id_map)
 
     def _admit(self, utterance: Utterance) -> None:
         """Queue it (or refuse); `queued` is reported before any later event."""
@@ -324,7 +330,11 @@ class Core:
                 if not to_client:
                     preempt = self._preemption(utterance)
                     playback = self.speaker.playback if preempt is not None else None
-            self.report(utterance, "queued", priority=utterance.ask.priority, queue_depth=depth)
+            notes = getattr(utterance.units, "notes", ())  # SSML asked for, without effect
+            extra = {"notes": list(notes)} if notes else {}
+            self.report(
+                utterance, "queued", priority=utterance.ask.priority, queue_depth=depth, **extra
+            )
         if to_client:
             worker = threading.Thread(
                 target=self.guarded,

@@ -21,6 +21,7 @@ from ..player import Playback
 from . import earcon
 from .stats import Tally
 from .utterance import Utterance
+from .wordclock import WordClock
 
 if TYPE_CHECKING:
     from .core import Core
@@ -126,11 +127,14 @@ class Speaker:
         watch = None
         if after_s is not None:
             watch = earcon.EarconTimer(core.player, playback.sample_rate, after_s)
+        clock = WordClock(core, utterance, playback) if ask.marks else None
         try:
-            self._play(utterance, synth, playback, units, tally, watch)
+            self._play(utterance, synth, playback, units, tally, watch, clock)
         finally:
             if watch is not None:
                 watch.first_audio()
+            if clock is not None:
+                clock.close()
         core.player.finish(playback)
         while not playback.finished.wait(1.0):
             self.heartbeat = core.clock()
@@ -144,6 +148,7 @@ class Speaker:
         units: Any,
         tally: Tally,
         watch: earcon.EarconTimer | None,
+        clock: WordClock | None,
     ) -> None:
         core, ask = self.core, utterance.ask
         options = SynthesisOptions(speed=ask.speed, speaker=ask.speaker)
@@ -160,6 +165,8 @@ class Speaker:
             tally.add(chunk)
             if watch is not None:
                 watch.first_audio()  # after an earcon already queued, or instead of one
+            if clock is not None and chunk.words:
+                clock.add(chunk.words)
             if not core.player.submit(playback, chunk.pcm, unit=chunk.clause_index):
                 break
 

@@ -54,6 +54,9 @@ class Ask:
     speaker: int | str | None = None  # multi-speaker voices: id or name
     priority: str = "normal"
     cacheable: bool = False  # the sender marks this phrase as worth caching
+    # Riva's format, entries separated by commas: "word  IPA,word  IPA" (over engine.lexicon)
+    custom_dictionary: str | None = None
+    marks: bool = False  # report `word` and `mark` events as each sounds (the speaker)
     site_id: str | None = None  # Hermes
     session_id: str | None = None  # Hermes
     received_at: float = field(default_factory=time.monotonic)
@@ -88,7 +91,8 @@ class Sink(Protocol):
 class AudioOut(Protocol):
     """Where a client-bound utterance's audio goes (a Wyoming or HTTP connection) instead
     of the speaker. `write` is called from a synthesis thread and may block while the
-    client catches up; it returns False once the client is gone or too slow."""
+    client catches up; it returns False once the client is gone or too slow. One that
+    has a `words(list[WordTime])` method is given each chunk's word timings before it."""
 
     def write(self, pcm: Any, sample_rate: int) -> bool: ...
 
@@ -200,6 +204,8 @@ _REFUSAL_CODES = (
     (("too many", "rate limit", "queue full"), "busy"),
     (("empty", "speakable"), "empty-text"),
     (("markup", "control character"), "bad-text"),
+    (("SSML",), "bad-ssml"),
+    (("custom_dictionary", "lexicon"), "bad-dictionary"),
     (("shutting down",), "shutting-down"),
     (("in use", "already queued"), "duplicate-id"),
 )

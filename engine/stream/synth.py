@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 from ..errors import TextError
 from ..text.phonemize import Phonemizer
 from ..text.policy import TextStream
-from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions
+from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime
 from ..voice import Voice
 from .cache import PhraseCache, clear_directory
 from .config import CacheUse, EngineConfig
@@ -25,6 +26,7 @@ from .units import Stream
 
 log = logging.getLogger(__name__)
 
+PHRASE_WORDS = 1024  # cached phrases whose word times are kept
 WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
 
 
@@ -66,6 +68,8 @@ class StreamingSynthesizer:
         # The same per frame of audio it makes (warm-up): the lanes' speed (speed.py).
         self.frontend_s_per_frame = [0.0] * len(sessions.frontends)
         self.first_turn_s: float | None = None  # a stream's first turn, measured (EMA)
+        # Word times of cached phrases, by cache key (in memory only, as their audio)
+        self.phrase_words: OrderedDict[str, list[WordTime]] = OrderedDict()
         self.load_ms = (time.perf_counter() - started) * 1000
         self.warmup_ms = self.warm()
         log.info(
@@ -269,6 +273,13 @@ class StreamingSynthesizer:
             self.frontend_s_per_frame[lane] = spent / max(prior.shape[2], 1)
         self.decoder.warm(self.voice.speaker_id(None))
         return (time.perf_counter() - started) * 1000
+
+    def remember_words(self, key: str, words: list[WordTime]) -> None:
+        """A cached phrase's word times; bounded, the oldest forgotten first."""
+        self.phrase_words[key] = words
+        self.phrase_words.move_to_end(key)
+        while len(self.phrase_words) > PHRASE_WORDS:
+            self.phrase_words.popitem(last=False)
 
     def pin_hot_phrases(self) -> int:
         """Synthesize the configured hot phrases into the cache (at start); how many."""

@@ -7,23 +7,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..text.phonemize import MAX_UNIT_IDS
-from ..text.segment import context_of
-from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, to_pcm
+from ..text.segment import context_of, prosody_of
+from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime, to_pcm
 from .config import CacheUse
 from .expander import Expander
 from .latent import FlowLatent
 from .seam import SampleCrop, crossfade, fade_out, unit_span
+from .timing import from_durations, shown_words, spread, with_marks
 from .turns import Pace
 
 if TYPE_CHECKING:
     from .synth import StreamingSynthesizer
 
+MIN_SPEED, MAX_SPEED = 0.25, 4.0  # SynthesisOptions' bounds
 CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
 
 
@@ -56,10 +58,67 @@ class Stream:
     pace: Pace
     expand: Expander | None
     join: _Join = field(default_factory=_Join)
+    delivered: int = 0  # samples yielded so far: where the next unit's words start
+    unit_words: list[WordTime] | None = None  # the unit's, relative to its audio
     sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
 
     def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
-        """The audio of the utterance's unit `index`: its cached phrase, or a turn a window."""
+        """The audio of the utterance's unit `index`, spoken as its prosody says (SSML):
+        silence before and after it (yielded at once: a break never waits for the next
+        unit's frontend), its rate on the speed, its gain on the samples."""
+        prosody = prosody_of(clause)
+        rate = self.synth.voice.sample_rate
+        if prosody.pause_s > 0 and not self.stop.stopped:
+            yield self._silence(prosody.pause_s, index)
+        options = self.options
+        if prosody.rate != 1.0:
+            speed = min(max(options.speed * prosody.rate, MIN_SPEED), MAX_SPEED)
+            options = replace(options, speed=speed)
+        self.unit_words = None
+        timed = False
+        for chunk in self._unit_audio(clause, index, options):
+            if prosody.gain != 1.0:
+                gained = chunk.pcm.astype(np.float32) * prosody.gain
+                chunk.pcm = np.clip(np.rint(gained), -32768, 32767).astype(np.int16)
+            if not timed and chunk.clause_index == index:  # the unit's first own audio
+                timed = True
+                words = self.unit_words if self.unit_words is not None else []
+                words = with_marks(words, prosody, 0.0)
+                chunk.words = [w.shifted(self.delivered / rate) for w in words]
+            yield chunk
+            self.delivered += len(chunk.pcm)
+        if prosody.tail_s > 0 and not self.stop.stopped:
+            yield self._silence(prosody.tail_s, index)
+
+    def _silence(self, seconds: float, index: int) -> AudioChunk:
+        rate = self.synth.voice.sample_rate
+        self.pace.made(seconds)
+        samples = round(seconds * rate)
+        self.delivered += samples  # counted here: no word rides on silence
+        return AudioChunk(np.zeros(samples, np.int16), rate, index)
+
+    def _words(
+        self, clause: str, before: str, durations: np.ndarray, origin: float, ids: int
+    ) -> None:
+        """The unit's word times from its durations (timing.py); `origin`: the frame its
+        audio starts at; `ids`: all its ids, where it was cut into parts."""
+        synth = self.synth
+        spans, first = synth.phonemizer.word_spans(clause, before)
+        per_frame = synth.voice.hop_length / synth.voice.sample_rate
+        words = shown_words(clause)
+        if ids > len(durations):  # a runaway unit in parts: spread over its estimate
+            estimate = float(durations.sum()) * ids / max(len(durations), 1) * per_frame
+            self.unit_words = spread(words, 0.0, estimate)
+            return
+        sizes = None
+        if len(words) != len(spans):  # espeak joined or split words: align by phonemes
+            sizes = [len(synth.phonemizer.phonemes(w)) for w in words]
+        self.unit_words = from_durations(words, spans, durations, first, origin, per_frame, sizes)
+
+    def _unit_audio(
+        self, clause: str, index: int, options: SynthesisOptions
+    ) -> Iterator[AudioChunk]:
+        """The unit's own audio: its cached phrase, or a turn a window."""
         synth, pace, join = self.synth, self.pace, self.join
         rate = synth.voice.sample_rate
         before, after = context_of(clause) if synth.durations_name else ("", "")
@@ -68,7 +127,7 @@ class Stream:
         # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
         cache = synth.phrase_cache if self.cache_use != "bypass" and not (before or after) else None
         key = (
-            cache.key(synth.voice, synth.sessions.precisions_key, self.options, clause)
+            cache.key(synth.voice, synth.sessions.precisions_key, options, clause)
             if cache
             else None
         )
@@ -78,18 +137,20 @@ class Stream:
             if cached is not None:
                 spent = time.perf_counter() - started
                 pace.made(len(cached) / rate)
+                known = synth.phrase_words.get(key)
+                self.unit_words = known or spread(shown_words(clause), 0.0, len(cached) / rate)
                 yield AudioChunk(cached, rate, index, spent, cached=True)
                 return
             if not cache.wants(key, marked=self.cache_use in ("keep", "pin")):
                 key = None
         started = time.perf_counter()
-        self.sid = synth.voice.speaker_id(self.options.speaker)
+        self.sid = synth.voice.speaker_id(options.speaker)
         pieces: list[np.ndarray] = []
         held: list[np.ndarray] = []
         # Only an utterance's first clause needs a small first chunk: later clauses are
         # made while earlier audio plays, and larger windows waste less on context.
         first_step = 0 if index == 0 else len(synth.config.schedule) - 1
-        chunks = self.unit_chunks(clause, before, after, first_step)
+        chunks = self.unit_chunks(clause, before, after, first_step, options)
         # The first turn runs the unit's frontend: ask for it that much before running dry.
         pace.need_s = max(synth.frontend_s_per_char) * len(before + clause + after)
         first_turn = pace.first_at is None  # this turn makes the stream's first sound
@@ -135,14 +196,16 @@ class Stream:
             join.tail, join.index = np.concatenate(held), index
         if cache is not None and key is not None and pieces and not self.stop.stopped:
             cache.put(key, np.concatenate(pieces), pinned=self.cache_use == "pin")
+            if self.unit_words is not None:
+                synth.remember_words(key, self.unit_words)
 
     def unit_chunks(
-        self, clause: str, before: str, after: str, first_step: int
+        self, clause: str, before: str, after: str, first_step: int, options: SynthesisOptions
     ) -> Iterator[tuple[np.ndarray, np.ndarray, bool, bool]]:
         """A unit's chunks as (emit, hold, crossfades with a held tail, last), float views;
         the caller holds a turn per next(), so the frontend runs inside the first one.
         After the last chunk no session runs: the caller ends the unit without a turn."""
-        synth, options, pace = self.synth, self.options, self.pace
+        synth, pace = self.synth, self.pace
         clock = StageTimes()
         if before or after:
             started = time.perf_counter()
@@ -159,6 +222,8 @@ class Stream:
                     lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
                     hop = synth.voice.hop_length
                     span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
+                    origin = lo - (0.5 if span.joins_previous else 0.0)  # half a frame
+                    self._words(clause, before, durations, origin, len(ids))
                     crop = SampleCrop(span)
                     keep = (span.decode_from, span.decode_to)
                     # The flow runs only over the frames the windows read: not over the
@@ -185,8 +250,11 @@ class Stream:
         clock.phonemize_s += time.perf_counter() - started
         for part, ids in enumerate(parts):
             started = time.perf_counter()
-            prior, mask, _ = synth.prior(ids, options, durations=False)
+            timing = part == 0 and synth.durations_name is not None
+            prior, mask, durations = synth.prior(ids, options, durations=timing)
             clock.frontend_s += time.perf_counter() - started
+            if durations is not None:
+                self._words(clause, "", durations, 0.0, sum(len(p) for p in parts))
             clock.ids += len(ids)
             clock.own_ids += len(ids)
             step = first_step if part == 0 else last_step

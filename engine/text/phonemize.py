@@ -64,6 +64,8 @@ class Phonemizer:
                     out.append(" ")
                 continue
             if part.startswith("[["):
+                if out and out[-1] != " ":
+                    out.append(" ")  # a block is a word of its own
                 out.extend(unicodedata.normalize("NFD", part[2:-2].strip()))
                 continue
             for phonemes, terminator, _end in _espeak_phonemes(self.voice.espeak_voice, part):
@@ -115,6 +117,33 @@ class Phonemizer:
         start = len(head) if before else 0
         stop = len(head) + len(core) + (len(id_map[" "]) + len(id_map[_PAD]) if after else 0)
         return ids, start, stop if after else len(ids)
+
+    def word_spans(self, unit: str, before: str = "") -> tuple[list[tuple[int, int]], int]:
+        """Each word's ids [start, stop) as offsets from the unit's first id, and where
+        that first id is in the ids of `ids`/`ids_in_context` (word timings). A word is
+        a run of phonemes between spaces; punctuation (a pause) belongs to none."""
+        id_map = self.voice.phoneme_id_map
+        first = len(id_map[_BOS]) + len(id_map[_PAD])
+        if before:
+            first += len(self._encode([*self.phonemes(before), " "])[0])
+        spans: list[tuple[int, int]] = []
+        word: tuple[int, int] | None = None
+        position = 0
+        for phoneme in self.phonemes(unit):
+            mapped = id_map.get(phoneme)
+            if mapped is None:
+                continue
+            size = len(mapped) + len(id_map[_PAD])
+            if phoneme in _PAUSES:
+                if word is not None:
+                    spans.append(word)
+                word = None
+            else:
+                word = (word[0] if word else position, position + size)
+            position += size
+        if word is not None:
+            spans.append(word)
+        return spans, first
 
     def clause_ids(self, clause: str) -> list[int]:
         return self.ids(self.phonemes(clause))

@@ -13,10 +13,12 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import TextError
 from . import normalize as textmod
+from . import ssml
+from .lexicon import Lexicon, parse_custom
 from .segment import (
     DEFAULT_FIRST_WORDS,
     DEFAULT_MAX_WORDS,
@@ -35,11 +37,14 @@ class TextPolicy:
     max_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_clause_words: int = DEFAULT_MAX_WORDS
     first_clause_words: int = DEFAULT_FIRST_WORDS  # 0: the first clause is not shortened
-    # Markup (SSML and the like) is refused rather than read out or silently stripped.
+    # Markup outside SSML is refused rather than read out or silently stripped.
     reject_markup: bool = True
+    # engine.lexicon's words (lexicon.py); swapped in place on reload
+    lexicon: Lexicon = field(default_factory=Lexicon, compare=False)
 
-    def check(self, text: str, streamed_total: int | None = None) -> str:
-        """Refuse what a speaker must not read: too long, control characters, markup."""
+    def check(self, text: str, streamed_total: int | None = None, markup: bool = False) -> str:
+        """Refuse what a speaker must not read: too long, control characters, markup
+        (unless `markup`: an SSML document, read by ssml.py)."""
         if not isinstance(text, str):
             raise TextError("text must be a string")
         total = len(text) if streamed_total is None else streamed_total
@@ -49,36 +54,60 @@ class TextPolicy:
         for char in text:
             if unicodedata.category(char) == "Cc" and char not in "\t\n\r":
                 raise TextError(f"text contains a control character (U+{ord(char):04X})")
-        tag = _MARKUP.search(text) if self.reject_markup else None
+        tag = _MARKUP.search(text) if self.reject_markup and not markup else None
         if tag:
             # Where, not what: a reason reaches shared places (MQTT's error topic, clients'
             # logs), and the tag may hold what the sender meant to keep (a PIN, a name).
             where = " of the piece" if streamed_total is not None else ""
             at = f"a tag at character {tag.start() + 1}{where}"
-            raise TextError(f"markup is not supported ({at}): send plain text")
+            how = "send plain text" if where else "send plain text, or SSML starting with <speak>"
+            raise TextError(f"markup is not supported ({at}): {how}")
         return text
 
-    def units(self, text: str) -> list[str]:
-        """Validated, split and normalized synthesis units; TextError before any audio."""
-        self.check(text)
+    def units(self, text: str, custom_dictionary: str | None = None) -> Units:
+        """Validated, split and normalized synthesis units; TextError before any audio.
+        Text that starts with `<speak` is an SSML document (ssml.py); `custom_dictionary`
+        is a request's own pronunciations (lexicon.py), over engine.lexicon's."""
+        document = ssml.is_ssml(text) if isinstance(text, str) else False
+        self.check(text, markup=document)
         if not text.strip():
             raise TextError("text is empty")
-        spoken = speakable(split_clauses(text, self.max_clause_words, self.first_clause_words))
+        if document:
+            parsed = ssml.parse(text)
+            words = (self.max_clause_words, self.first_clause_words)
+            units = ssml.document_units(parsed, *words, self.lexicon_for(custom_dictionary))
+            spoken = Units(units, parsed.notes)
+        else:
+            clauses = split_clauses(text, self.max_clause_words, self.first_clause_words)
+            spoken = Units(speakable(clauses, self.lexicon_for(custom_dictionary)))
         if not spoken:
             raise TextError("nothing speakable in the text (no letters after clean-up)")
         return spoken
 
-    def stream(self, clock: Callable[[], float] = time.monotonic) -> TextStream:
-        return TextStream(self, clock)
+    def lexicon_for(self, custom_dictionary: str | None) -> Lexicon:
+        """engine.lexicon with a request's entries over it (LexiconError naming one)."""
+        if not custom_dictionary:
+            return self.lexicon
+        return self.lexicon.with_entries(parse_custom(custom_dictionary))
+
+    def stream(
+        self, clock: Callable[[], float] = time.monotonic, custom_dictionary: str | None = None
+    ) -> TextStream:
+        return TextStream(self, clock, self.lexicon_for(custom_dictionary))
 
 
-def speakable(clauses: Iterable[str]) -> list[str]:
+def speakable(clauses: Iterable[str], lexicon: Lexicon | None = None) -> list[str]:
     """Normalized units, without those that hold nothing to pronounce (emoji, symbols).
 
-    A unit's context words (segment.Unit) are normalized with it, so they read the same.
+    A unit's context words (segment.Unit) are normalized with it, so they read the same;
+    the lexicon's words become [[ IPA ]] blocks first (normalization keeps blocks).
     """
+    said = lexicon.apply if lexicon is not None else (lambda text: text)
     spoken = (
-        Unit(textmod.normalize(c), *(textmod.normalize(part) for part in context_of(c)))
+        Unit(
+            textmod.normalize(said(c)),
+            *(textmod.normalize(said(part)) for part in context_of(c)),
+        )
         for c in clauses
     )
     return [c for c in spoken if textmod.has_speakable(c)]
@@ -91,8 +120,14 @@ class TextStream:
     quiet, not when it merely has not completed a clause yet.
     """
 
-    def __init__(self, policy: TextPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policy: TextPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        lexicon: Lexicon | None = None,
+    ) -> None:
         self.policy = policy
+        self.lexicon = policy.lexicon if lexicon is None else lexicon
         self._clock = clock
         self._splitter = ClauseSplitter(policy.max_clause_words, policy.first_clause_words)
         self._ready: list[str] = []
@@ -109,13 +144,13 @@ class TextStream:
             self.policy.check(piece, streamed_total=self._total + len(piece))
             self._total += len(piece)
             self.last_piece_at = self._clock()
-            self._ready.extend(speakable(self._splitter.feed(piece)))
+            self._ready.extend(speakable(self._splitter.feed(piece), self.lexicon))
             self._cond.notify_all()
 
     def finish(self) -> None:
         with self._cond:
             if not self._closed:
-                self._ready.extend(speakable(self._splitter.flush()))
+                self._ready.extend(speakable(self._splitter.flush(), self.lexicon))
                 self._closed = True
                 self._cond.notify_all()
 
@@ -157,3 +192,12 @@ class TextStream:
     # The name the first version had; `timeout` is the idle limit.
     def clauses(self, timeout: float | None = None) -> Iterator[str]:
         return self.units(timeout)
+
+
+class Units(list[str]):
+    """An utterance's units, with what its SSML asked for that had no effect (`notes`:
+    tag and attribute names, never the text)."""
+
+    def __init__(self, units: Iterable[str] = (), notes: Iterable[str] = ()) -> None:
+        super().__init__(units)
+        self.notes = tuple(notes)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .normalize import abbreviation_before
 
@@ -33,28 +34,53 @@ MIN_WORDS = 3
 CONTEXT_WORDS = 3
 
 
+@dataclass(frozen=True)
+class Prosody:
+    """How an SSML unit is spoken (ssml.py): silence before and after it, its rate (a
+    speed multiplier), its gain, and its marks as (word index in the unit, name): a mark
+    stands before that word (at the unit's word count: after its last word)."""
+
+    pause_s: float = 0.0
+    rate: float = 1.0
+    gain: float = 1.0
+    tail_s: float = 0.0
+    marks: tuple[tuple[int, str], ...] = ()
+
+
+PLAIN = Prosody()
+
+
 class Unit(str):
-    """A unit's text, with the words around it when it was cut mid-sentence.
+    """A unit's text, with the words around it when it was cut mid-sentence, and how it
+    is spoken (SSML's breaks, prosody and marks; PLAIN for plain text).
 
     A str, so units travel through queues, logs and the daemon as plain text; only the
-    engine reads the context.
+    engine reads the context and prosody.
     """
 
     before: str
     after: str
+    prosody: Prosody
 
-    def __new__(cls, text: str, before: str = "", after: str = "") -> Unit:
+    def __new__(
+        cls, text: str, before: str = "", after: str = "", prosody: Prosody = PLAIN
+    ) -> Unit:
         unit = super().__new__(cls, text)
-        unit.before, unit.after = before, after
+        unit.before, unit.after, unit.prosody = before, after, prosody
         return unit
 
-    def __reduce__(self) -> tuple[type[Unit], tuple[str, str, str]]:
-        return Unit, (str(self), self.before, self.after)
+    def __reduce__(self) -> tuple[type[Unit], tuple[str, str, str, Prosody]]:
+        return Unit, (str(self), self.before, self.after, self.prosody)
 
 
 def context_of(unit: str) -> tuple[str, str]:
     """(before, after) words of a unit; empty for one that is not cut mid-sentence."""
     return getattr(unit, "before", ""), getattr(unit, "after", "")
+
+
+def prosody_of(unit: str) -> Prosody:
+    """How a unit is spoken: PLAIN unless SSML said otherwise."""
+    return getattr(unit, "prosody", PLAIN)
 
 
 _BOUNDARY = re.compile(r"[.!?;:,\u2026]+[\"'\u201d\u2019)\]]*(?=\s)|\n")
@@ -176,3 +202,11 @@ class ClauseSplitter:
         self._emitted += 1
         self._before = " ".join(text.split()[-CONTEXT_WORDS:]) if after else ""
         return unit
+
+
+_SPOKEN_WORD = re.compile(r"\[\[.*?\]\]|[^\s\[]+|\[", re.S)
+
+
+def spoken_words(text: str) -> list[str]:
+    """The words of a normalized unit, an inline [[ phoneme ]] block as one word."""
+    return _SPOKEN_WORD.findall(text)

@@ -31,9 +31,12 @@ class OutcomeSink:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.notes: list[str] = []
         self.outcome: asyncio.Future[Event] = loop.create_future()
 
     def report(self, utterance: Utterance, event: Event) -> None:  # from a core thread
+        if event.name == "queued":  # reported in submit, before any audio
+            self.notes = event.fields.get("notes", [])
         if event.terminal:
             self.loop.call_soon_threadsafe(self._settle, event)
 
@@ -60,6 +63,7 @@ class AudioResponse(OutcomeSink):
         stall_s: float,
         max_file_s: float,
         sample_rate: int | None = None,  # None: the voice's own (checked by the caller)
+        timestamps: bool = False,  # SSE word events; a whole file: captioned JSON
     ) -> None:
         self.request = request
         self.fmt = fmt
@@ -73,12 +77,19 @@ class AudioResponse(OutcomeSink):
         self.audio_s = 0.0  # a whole file's audio so far
         self.whole = bytearray()  # a whole file's encoded bytes: one buffer, sent in pieces
         self.refusal: ApiError | None = None
+        self.timestamps = timestamps
+        self.timed: list[dict[str, Any]] = []  # word/mark events not yet sent (or all: JSON)
 
     def refuse(self, error: ApiError) -> None:
         """This request cannot be answered with its audio (a bad piece of its text, a
         file over the limit): its answer is this error, whatever was made."""
         if self.refusal is None:
             self.refusal = error
+
+    def words(self, words: list[Any]) -> None:  # AudioOut's optional part (core/client.py)
+        """A chunk's word timings (engine WordTime), sent before its audio."""
+        if self.timestamps:
+            self.timed += [timing_event(w) for w in words]
 
     # AudioOut: called from a synthesis thread; blocks while the client catches up.
     # Encoding happens here, on that thread, so the event loop only sends bytes.
@@ -91,9 +102,10 @@ class AudioResponse(OutcomeSink):
         if self.stream_format is None:
             return self._keep(pcm, sample_rate)
         data = self.output.write(pcm.astype("<i2").tobytes())
-        if not data and not first:
+        timed, self.timed = self.timed, []
+        if not data and not first and not timed:
             return True  # the codec is filling a frame: nothing to send yet
-        send = self._send(data)
+        send = self._send(data, timed)
         return deliver(self.loop, send, self.stall_s, self.request.transport, "HTTP client")
 
     def _keep(self, pcm: np.ndarray, rate: int) -> bool:
@@ -113,9 +125,11 @@ class AudioResponse(OutcomeSink):
         self.whole += self.output.write(pcm.astype("<i2").tobytes())
         return True
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: bytes, timed: list[dict[str, Any]] | None = None) -> None:
         if self.response is None:
             self.response = await self._start()
+        for event in timed or ():  # words before (or with) the audio they describe
+            await self.response.write(f"data: {json.dumps(event)}\n\n".encode())
         if not data:
             return
         if self.stream_format == "sse":
@@ -141,6 +155,8 @@ class AudioResponse(OutcomeSink):
             headers["X-Audio-Content-Type"] = CONTENT_TYPES[self.fmt]  # what the deltas hold
         if self.fmt in ("wav", "pcm"):
             headers["X-Audio-Format"] = "s16le; channels=1"
+        if self.notes:  # SSML asked for, without effect (tag names, never the text)
+            headers["X-SSML-Notes"] = "; ".join(self.notes)
         return headers
 
     async def _start(self) -> web.StreamResponse:
@@ -161,6 +177,8 @@ class AudioResponse(OutcomeSink):
                 raise ApiError(500, "no audio was made")
             if warning:  # a text body that went idle: not the whole file asked for
                 return error_response(500, str(warning), "synthesis_failed")
+            if self.timestamps:
+                return self._captioned()
             return await self._send_file()
         # A text body that went idle before its end (`warning`) was not all said: cut
         # short, like a failure, whatever the client does with the bytes so far.
@@ -187,6 +205,21 @@ class AudioResponse(OutcomeSink):
         if transport is not None:
             transport.close()
             self.loop.call_later(self.stall_s, transport.abort)  # one that reads nothing
+
+    def _captioned(self) -> web.Response:
+        """The whole file and its words in one JSON (like Kokoro's captioned speech)."""
+        if self.output is not None:
+            self.whole += self.output.finish()
+        header = wav_header(self._rate(), len(self.whole)) if self.fmt == "wav" else b""
+        body = {
+            "audio": base64.b64encode(header + bytes(self.whole)).decode(),
+            "content_type": CONTENT_TYPES[self.fmt],
+            "sample_rate": self._rate(),
+            "words": [e for e in self.timed if e["type"] == "speech.word"],
+            "marks": [e for e in self.timed if e["type"] == "speech.mark"],
+        }
+        self.whole = bytearray()
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def _send_file(self) -> web.StreamResponse:
         """The whole file, with its real length, written in pieces as the client takes
@@ -216,6 +249,15 @@ class AudioResponse(OutcomeSink):
         view = memoryview(self.whole)  # slices, not copies
         for start in range(0, len(view), FILE_PIECE):
             await response.write(view[start : start + FILE_PIECE])
+
+
+def timing_event(word: Any) -> dict[str, Any]:
+    """A WordTime as an SSE event: `speech.word` {word, start, end} or `speech.mark`
+    {name, time}; seconds from the start of the response's audio."""
+    if word.kind == "mark":
+        return {"type": "speech.mark", "name": word.word, "time": round(word.start, 3)}
+    start, end = round(word.start, 3), round(word.end, 3)
+    return {"type": "speech.word", "word": word.word, "start": start, "end": end}
 
 
 def failure_of(event: Event) -> ApiError | None:

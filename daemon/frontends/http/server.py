@@ -100,6 +100,8 @@ class HttpFrontend(Frontend):
         app.add_routes(
             [
                 web.post("/v1/audio/speech", self.openai_speech),
+                web.post("/v1/audio/speech/captioned", self.captioned_speech),
+                web.post("/dev/captioned_speech", self.captioned_speech),  # Kokoro's path
                 web.get("/v1/audio/speech/ws", self.speech_socket),
                 web.get("/v1/audio/voices", self.voices),
                 web.get("/v1/models", self.models),
@@ -176,7 +178,13 @@ class HttpFrontend(Frontend):
 
     # -- speech ------------------------------------------------------------------------------
 
-    async def openai_speech(self, request: web.Request) -> web.StreamResponse:
+    async def captioned_speech(self, request: web.Request) -> web.StreamResponse:
+        """The OpenAI request, answered as one JSON: audio (base64) and its words."""
+        return await self.openai_speech(request, captioned=True)
+
+    async def openai_speech(
+        self, request: web.Request, captioned: bool = False
+    ) -> web.StreamResponse:
         core = self._ready(request)
         data = await self._json(request)
         text = fields.string(data, "input", required=True)
@@ -186,11 +194,28 @@ class HttpFrontend(Frontend):
             log.debug("model %r: served by the configured voice", model)
         # mp3 by default, as OpenAI documents; `sample_rate` is Magpie's extension
         fmt, rate = fields.audio_output(data, "response_format", "mp3")
-        stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
+        stream_format: str | None = None
+        if not captioned:
+            stream_format = fields.choice(data, "stream_format", ("audio", "sse"), "audio")
+        timestamps = captioned or fields.flag(data, "timestamps")
+        if timestamps and stream_format == "audio":
+            raise ApiError(
+                400,
+                '"timestamps" come as SSE events ("stream_format": "sse") or with the '
+                "whole file from /v1/audio/speech/captioned",
+                "bad_request",
+            )
         ask = Ask(
-            id=new_id("http"), text=text, source="http", voice=voice, speed=fields.speed(data)
+            id=new_id("http"),
+            text=text,
+            source="http",
+            voice=voice,
+            speed=fields.speed(data),
+            custom_dictionary=fields.string(data, "custom_dictionary"),
         )
-        return await self._speak(request, core, ask, (fmt, rate), stream_format)
+        return await self._speak(
+            request, core, ask, (fmt, rate), stream_format, timestamps=timestamps
+        )
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
         return await self._tts(request, always_stream=False)
@@ -218,6 +243,7 @@ class HttpFrontend(Frontend):
             voice=fields.voice(fields.string(options, "voice")),
             speed=fields.speed(options),
             speaker=speaker,
+            custom_dictionary=fields.string(options, "custom_dictionary"),
         )
         return await self._speak(
             request, core, ask, output, "audio" if stream else None, text_body=streamed
@@ -231,10 +257,11 @@ class HttpFrontend(Frontend):
         output: tuple[str, int | None],  # the format and sample rate (None: the voice's)
         stream_format: str | None,
         text_body: bool = False,
+        timestamps: bool = False,
     ) -> web.StreamResponse:
         stall_s, max_file_s = self.config.limits.client_stall_s, self.config.http.max_file_audio_s
         fmt, rate = output
-        reply = AudioResponse(request, fmt, stream_format, stall_s, max_file_s, rate)
+        reply = AudioResponse(request, fmt, stream_format, stall_s, max_file_s, rate, timestamps)
         try:
             with self.guard.budget(request):
                 if text_body:

@@ -98,6 +98,7 @@ class Segment:
     utterance: Utterance | None = None
     sink: OutcomeSink | None = None
     audio: SocketAudio | None = None
+    custom_dictionary: str | None = None  # from a Speak of this flush, over the socket's
 
 
 class SpeechSocket:
@@ -112,6 +113,7 @@ class SpeechSocket:
         self.voice = fields.voice(fields.string(options, "voice"))
         self.speed = fields.speed(options)
         self.speaker = fields.speaker(options)
+        self.custom_dictionary = fields.string(options, "custom_dictionary")
         try:  # a voice it cannot use: refused before the upgrade, like the other routes
             synth = core.registry.check(self.voice)
             if synth is not None:
@@ -173,11 +175,11 @@ class SpeechSocket:
             return False
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "Speak":
-            text = message.get("text")
-            if not isinstance(text, str):
-                await self.error("bad_request", '"text" must be a string')
+            text, custom = message.get("text"), message.get("custom_dictionary")
+            if not isinstance(text, str) or not isinstance(custom, (str, type(None))):
+                await self.error("bad_request", '"text" and "custom_dictionary" must be strings')
             elif text:
-                await self._speak(text)
+                await self._speak(text, custom)
         elif kind == "Flush":
             await self._flush()
         elif kind == "Clear":
@@ -206,9 +208,11 @@ class SpeechSocket:
             self.changed.set()
         return last
 
-    async def _speak(self, text: str) -> None:
+    async def _speak(self, text: str, custom_dictionary: str | None = None) -> None:
         segment = self._open_segment()
         if segment.utterance is None:  # fed once its turn comes: held here till then
+            if custom_dictionary is not None:  # the flush's pronunciations, until it opens
+                segment.custom_dictionary = custom_dictionary
             waiting = sum(len(p) for s in self.segments for p in s.pieces)
             if waiting + len(text) > self.core.policy.max_chars:  # as the core's own limit
                 if not segment.pieces:  # made for this piece: it has none
@@ -286,6 +290,7 @@ class SpeechSocket:
             voice=self.voice,
             speed=self.speed,
             speaker=self.speaker,
+            custom_dictionary=segment.custom_dictionary or self.custom_dictionary,
         )
         segment.audio, segment.sink = SocketAudio(self), OutcomeSink(self.loop)
         try:

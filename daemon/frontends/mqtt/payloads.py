@@ -104,6 +104,8 @@ def _options(data: dict[str, Any]) -> dict[str, Any]:
         "volume": _ranged(data, "volume", 0.0, 2.0),
         "priority": priority,
         "cacheable": _field(data, "cache", bool, False),
+        "custom_dictionary": _field(data, "custom_dictionary", str, None),
+        "marks": _field(data, "marks", bool, False),
     }
 
 

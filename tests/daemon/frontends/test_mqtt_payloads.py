@@ -68,7 +68,8 @@ def test_rejections_say_why(payload: bytes, words: str) -> None:
     ("text", "words"),
     [
         ("Hi\x07there", "control"),
-        ("<speak>Hello</speak>", "markup"),
+        ("<b>Hello</b>", "markup"),
+        ("<speak>Hello</spek>", "SSML is not well-formed"),
         ('<break time="1s"/>', "markup"),
         ("x" * 101, "too long"),
         ("   ", "empty"),
