@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
 
 from magpie_tts.daemon.config import Config
@@ -34,6 +35,8 @@ def _fraction(done: float) -> None:
 
 
 def main() -> int:
+    # Stopped by the daemon (SIGTERM): unwind, so the temp folders are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     config = Config.model_validate_json(sys.stdin.read())
     voice = load_voice(config.engine.voice)
     split = split_voice(voice, config.engine.state_dir)

@@ -20,6 +20,8 @@ def test_demo_speaks_intelligibly_into_the_wav_it_names(tmp_path, prepared_state
             "MAGPIE_TTS_ENGINE__STATE_DIR": str(prepared_state),
             "MAGPIE_TTS_CONFIG": str(tmp_path / "none.toml"),
             "MAGPIE_TTS_ENGINE__CACHE_MB": "0",
+            # no INT8 prepared into the session's shared state dir (test_int8_background)
+            "MAGPIE_TTS_ENGINE__INT8": "fp32",
         }
     )
     (tmp_path / "none.toml").write_text("")
@@ -34,6 +36,7 @@ def test_demo_speaks_intelligibly_into_the_wav_it_names(tmp_path, prepared_state
     assert result.returncode == 0, result.stdout + result.stderr
     wav_path = tmp_path / "build" / "magpie-demo.wav"
     assert f"spoken into {wav_path}" in result.stdout
+    assert "; precision fp32" in result.stdout  # which precision spoke
     with wave.open(str(wav_path)) as handle:
         assert handle.getframerate() == 22050 and handle.getnframes() > 22050
     rate, heard = recognizer.wer(wav_path, text)
