@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 from magpie_tts.daemon.core.utterance import Event, Utterance
@@ -42,12 +43,19 @@ class CallAudio:
         self.whole = bytearray()
         self.audio_s = 0.0
         self.refusal: RpcError | None = None  # the call's answer, whatever was made
+        # Words timed but not yet sent: appended on the synthesis thread before the audio
+        # they describe is handed over, taken on the loop with that audio or after it.
+        self.timings: list[Any] = []
 
     def refuse(self, error: RpcError) -> None:
         if self.refusal is None:
             self.refusal = error
 
     # -- AudioOut: on a synthesis thread ------------------------------------------------------
+
+    def words(self, words: list[Any]) -> None:  # AudioOut's optional part (core/client.py)
+        if self.settings.word_offsets:
+            self.timings.extend(w for w in words if w.kind == "word")
 
     def write(self, pcm: np.ndarray, sample_rate: int) -> bool:
         if self.output is None:
@@ -98,6 +106,12 @@ class CallAudio:
                 getter.cancel()
         while not self.pieces.empty():  # put before the outcome was reported
             yield self.pieces.get_nowait()
+
+    def take_words(self) -> list[Any]:
+        """The words timed so far and not yet sent (each is sent once)."""
+        taken = self.timings[: len(self.timings)]
+        del self.timings[: len(taken)]
+        return taken
 
     def tail(self) -> bytes:
         """The encoder's last frames (once the synthesis has ended)."""

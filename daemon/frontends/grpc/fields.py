@@ -3,9 +3,9 @@ INVALID_ARGUMENT and a message that names it (docs/api-grpc.md lists them).
 
 Honoured: `text`, `language_code` (checked against the voice), `voice_name` (names.py),
 `encoding` (LINEAR_PCM: raw s16le mono; OGGOPUS: Ogg Opus), `sample_rate_hz` (0: the
-voice's own), `id` (echoed). Refused when set: other encodings, `zero_shot_data`,
-`custom_configuration`, and (until the engine has them) `custom_dictionary` and
-`enable_word_time_offsets`.
+voice's own), `custom_dictionary` (Riva's `word  IPA` entries, comma-separated: checked by
+the core, which names a bad entry), `enable_word_time_offsets` (`meta.words`), `id`
+(echoed). Refused when set: other encodings, `zero_shot_data`, `custom_configuration`.
 """
 
 from __future__ import annotations
@@ -52,14 +52,17 @@ def settings(request: Any, catalogue: Iterable[VoiceSummary]) -> Settings:
         raise bad("zero_shot_data is not supported: Magpie speaks with its own voices")
     if len(request.custom_configuration):
         raise bad("custom_configuration is not supported")
-    if request.custom_dictionary:
-        raise bad("custom_dictionary is not supported yet", "unsupported")
-    if request.enable_word_time_offsets:
-        raise bad("enable_word_time_offsets is not supported yet", "unsupported")
     if request.HasField("id") and not 0 < len(request.id.value) <= MAX_ID_CHARS:
         raise bad(f"id.value must be 1..{MAX_ID_CHARS} characters")
     choice = resolve(catalogue, request.voice_name, request.language_code)
-    return Settings(choice, fmt, rate, same_as=same_as(request))
+    return Settings(
+        choice,
+        fmt,
+        rate,
+        word_offsets=request.enable_word_time_offsets,
+        custom_dictionary=request.custom_dictionary,
+        same_as=same_as(request),
+    )
 
 
 def same_as(request: Any) -> tuple[Any, ...]:

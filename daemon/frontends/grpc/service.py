@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -67,7 +67,7 @@ class RivaSynthesis:
         if failure is not None:
             return await self._abort(context, failure)
         audio = bytes(call.whole) + call.tail()
-        return self._response(request, audio, utterance, request.text)
+        return self._response(request, audio, utterance, request.text, call.take_words())
 
     async def SynthesizeOnline(self, requests: AsyncIterator[Any], context: Any) -> None:
         try:
@@ -88,11 +88,12 @@ class RivaSynthesis:
         )
         try:
             async for piece in call.streamed():
-                await context.write(self._response(first, piece))
+                await context.write(self._response(first, piece, words=call.take_words()))
             failure = call.refusal or failure_of(call.outcome.result())
             if failure is not None:
                 await self._abort(context, failure)
-            await context.write(self._response(first, call.tail(), utterance, "".join(text)))
+            said, words = "".join(text), call.take_words()
+            await context.write(self._response(first, call.tail(), utterance, said, words))
         finally:
             reader.cancel()
 
@@ -191,7 +192,12 @@ class RivaSynthesis:
     def _ask(self, settings: Settings, source: str, text: str = "") -> Ask:
         choice = settings.choice
         return Ask(
-            id=new_id("grpc"), text=text, source=source, voice=choice.voice, speaker=choice.speaker
+            id=new_id("grpc"),
+            text=text,
+            source=source,
+            voice=choice.voice,
+            speaker=choice.speaker,
+            custom_dictionary=settings.custom_dictionary or None,
         )
 
     def _admit(self, context: Any, open_: Callable[[], Utterance]) -> Utterance:
@@ -223,9 +229,17 @@ class RivaSynthesis:
         await context.abort(error.code, str(error))
 
     def _response(
-        self, request: Any, audio: bytes, utterance: Utterance | None = None, text: str = ""
+        self,
+        request: Any,
+        audio: bytes,
+        utterance: Utterance | None = None,
+        text: str = "",
+        words: Sequence[Any] = (),
     ) -> Any:
         response = self.pb.SynthesizeSpeechResponse(audio=audio)
+        for word in words:  # Riva's offsets: milliseconds of the call's audio
+            timing = response.meta.words.add(word=word.word)
+            timing.start_time, timing.end_time = round(word.start * 1000), round(word.end * 1000)
         if request.HasField("id"):
             response.id.CopyFrom(request.id)
         if utterance is not None:  # the last (or only) response: what was said

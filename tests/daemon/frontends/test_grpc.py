@@ -124,6 +124,34 @@ def test_synthesize_linear_pcm_at_22050_and_16000(tts, recognizer) -> None:
     assert "twenty" in numbers.meta.processed_text.lower()  # normalized, as spoken
 
 
+def test_word_offsets_one_per_word_in_order_inside_the_audio(tts) -> None:
+    whole = tts.synthesize(SENTENCE, sample_rate_hz=16000, enable_word_time_offsets=True)
+    duration_ms = len(pcm(whole.audio)) / 16000 * 1000
+    words = list(whole.meta.words)
+    spoken = [w.strip(".,") for w in SENTENCE.lower().split()]
+    assert [w.word.lower().strip(".,") for w in words] == spoken
+    starts = [w.start_time for w in words]
+    assert starts == sorted(starts) and all(w.start_time < w.end_time for w in words)
+    assert starts[0] >= 0 and words[-1].end_time <= duration_ms + 1
+    online = tts.synthesize_online(PIECES, sample_rate_hz=16000, enable_word_time_offsets=True)
+    streamed = [w for response in online for w in response.meta.words]
+    assert len(streamed) == len("".join(PIECES).split())
+    assert [w.start_time for w in streamed] == sorted(w.start_time for w in streamed)
+    assert not tts.synthesize(SENTENCE).meta.words  # only when asked
+
+
+def test_a_custom_dictionary_entry_is_heard_as_its_replacement(tts, recognizer) -> None:
+    """The client takes a dict and sends Riva's `word  IPA` entries, comma-separated."""
+    bananas = {"apples": "bənˈænəz"}
+    reply = tts.synthesize("Put the apples in the basket.", custom_dictionary=bananas)
+    error, heard = recognizer.wer_pcm(pcm(reply.audio), 22050, "put the bananas in the basket")
+    assert error <= 0.2, heard
+    with pytest.raises(grpc.RpcError) as refused:
+        tts.synthesize("Hello.", custom_dictionary={"hello": "☃"})
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "custom_dictionary" in refused.value.details()
+
+
 def test_synthesize_oggopus_decodes_and_the_id_is_echoed(riva_daemon) -> None:
     stub = rtts_grpc.RivaSpeechSynthesisStub(grpc.insecure_channel(riva_daemon.uri))
     request = rtts.SynthesizeSpeechRequest(

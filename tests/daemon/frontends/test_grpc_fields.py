@@ -89,8 +89,6 @@ def test_fields_pick_the_format_and_rate() -> None:
         ({"sample_rate_hz": -1}, "sample_rate_hz"),
         ({"custom_configuration": {"speed": "2"}}, "custom_configuration"),
         ({"zero_shot_data": rtts.ZeroShotData(quality=20)}, "zero_shot_data"),
-        ({"custom_dictionary": "Magpie  m a g p a i"}, "custom_dictionary"),
-        ({"enable_word_time_offsets": True}, "enable_word_time_offsets"),
     ],
 )
 def test_fields_refused_say_which(change, words) -> None:
@@ -197,3 +195,12 @@ def test_each_address_has_its_budget(tmp_path) -> None:
     assert caught.value.trailers()[0][0] == "retry-after"
     with gate.budget(Context(peer="ipv4:127.0.0.1:5000")):
         pass
+
+
+def test_word_offsets_and_a_dictionary_are_taken_into_the_settings() -> None:
+    asked = fields.settings(
+        request(enable_word_time_offsets=True, custom_dictionary="apples  bənˈænəz"), CATALOGUE
+    )
+    assert asked.word_offsets and asked.custom_dictionary == "apples  bənˈænəz"
+    plain = fields.settings(request(), CATALOGUE)
+    assert not plain.word_offsets and plain.custom_dictionary == ""
