@@ -138,6 +138,8 @@ class Speaker:
         core.player.finish(playback)
         while not playback.finished.wait(1.0):
             self.heartbeat = core.clock()
+        if clock is not None:
+            clock.drain()  # every word event before the outcome
         self._after_playback(utterance, playback, tally)
 
     def _play(

@@ -1,8 +1,9 @@
 """Word and mark events of a speaker utterance, each reported when it sounds.
 
 An ask with `marks` (MQTT JSON `"marks": true`) gets an event per word (`word`: word,
-start, end) and per SSML mark (`mark`: mark, time) on its sink, at the moment the word
-plays: the playback's first frame (handed to ALSA) plus the word's start in the audio.
+start, end) and per SSML mark (`mark`: mark, time) on its sink, when the player has
+written the word's first frame to the device (ALSA takes frames as fast as it plays
+them: the word sounds one buffer later).
 The times come with the chunks (engine WordTime, before the audio they describe), so a
 thread waits for each one's moment; a stop ends it, and nothing is reported after.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,18 +61,20 @@ class WordClock:
                     self.utterance, "word", word=word.word, start=word.start, end=word.end
                 )
 
+    def drain(self, timeout: float = 5.0) -> None:
+        """After the playback: the words left are reported now, before the outcome."""
+        self.close()
+        self._thread.join(timeout)
+
     def _wait_until(self, offset_s: float) -> bool:
-        """Until `offset_s` into the playback (False: stopped, or it never played)."""
+        """Until the player has written the frame `offset_s` into the audio to the device
+        (ALSA takes frames at the rate it plays them; False: stopped, or it ended first)."""
+        frame = round(offset_s * self.playback.sample_rate)
         while not self._over():
-            began = self.playback.first_frame_at
-            if began is None:
-                if self.playback.finished.is_set():
-                    return False
-                due = 0.01
-            else:
-                due = began + offset_s - time.monotonic()
-                if due <= 0:
-                    return True
+            if self.playback.frames_written > frame:
+                return True
+            if self.playback.finished.is_set():
+                return False
             with self._cond:
-                self._cond.wait(min(due, 0.05))
+                self._cond.wait(0.01)
         return False

@@ -1,5 +1,5 @@
-"""The speaker's word clock: each word and mark reported once it sounds (after the
-playback's first frame, at its offset), in order, and nothing after a stop."""
+"""The speaker's word clock: each word and mark reported once it sounds (its first
+frame written to the device), in order, and nothing after a stop."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def test_words_and_marks_are_reported_once_they_sound() -> None:
     clock.add([WordTime("there", 0.3, 0.6)])
     clock.close()
     time.sleep(0.1)
-    assert reports.seen == []  # nothing sounds before the first frame
-    playback.first_frame_at = time.monotonic()
+    assert reports.seen == []  # nothing sounds before its frames are written
+    playback.frames_written = 22050  # one second of audio went to the device
     _until(reports, 3)
     assert reports.seen == [
         ("mark", {"mark": "go", "time": 0.0}),
@@ -50,7 +50,7 @@ def test_a_stop_ends_the_clock_without_more_reports() -> None:
     clock = WordClock(reports, utterance, playback)  # type: ignore[arg-type]
     clock.add([WordTime("now", 0.0, 0.1), WordTime("later", 30.0, 30.5)])
     clock.close()
-    playback.first_frame_at = time.monotonic()
+    playback.frames_written = 256  # one period
     _until(reports, 1)
     utterance.stop.stop()
     clock._thread.join(5)

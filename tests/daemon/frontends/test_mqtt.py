@@ -134,3 +134,20 @@ def test_an_id_can_be_reused_once_its_utterance_is_over(daemon, probe) -> None:
             count=times,
         )
     assert probe.events(daemon.base, "doorbell").count("finished") == 2
+
+
+def test_ssml_with_marks_reports_words_as_they_sound(daemon, probe) -> None:
+    """mosquitto_pub of SSML with "marks": true: word and mark events between `started`
+    and the terminal event, each word once, in order; a malformed document is refused."""
+    ssml = '<speak>Lights <mark name="m1"/>off. <break time="300ms"/>Good night.</speak>'
+    daemon.say(json.dumps({"text": ssml, "id": "mk-1", "marks": True}))
+    probe.wait(f"{daemon.base}/events", lambda e: e["id"] == "mk-1" and e["event"] == "finished")
+    events = probe.find(f"{daemon.base}/events", lambda e: e["id"] == "mk-1")
+    names = [e["event"] for e in events]
+    words = [e["word"] for e in events if e["event"] == "word"]
+    assert words == ["Lights", "off", "Good", "night"]
+    assert [e["mark"] for e in events if e["event"] == "mark"] == ["m1"]
+    assert names.index("started") < names.index("word") and names[-1] == "finished"
+    daemon.say(json.dumps({"text": "<speak>Lights</spek>", "id": "mk-2"}))
+    error = probe.wait(f"{daemon.base}/error", lambda e: e.get("id") == "mk-2")[0]
+    assert "SSML is not well-formed" in error["error"]
