@@ -60,6 +60,8 @@ def test_the_daemon_serves_as_the_image_runs_it(tmp_path: Path) -> None:
         "MAGPIE_TTS_HTTP__PORT": str(port),
         "MAGPIE_TTS_WYOMING__HOST": "127.0.0.1",
         "MAGPIE_TTS_WYOMING__PORT": str(free_port()),
+        "MAGPIE_TTS_GRPC__HOST": "127.0.0.1",
+        "MAGPIE_TTS_GRPC__PORT": str(free_port()),
         "MAGPIE_TTS_MQTT__ENABLED": "false",
         "MAGPIE_TTS_MQTT__PORT": str(free_port()),  # nothing there: it must not try
         "MAGPIE_TTS_SELFTEST__ENABLED": "false",
