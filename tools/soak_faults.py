@@ -39,6 +39,7 @@ FAULTY = "The treasure is in the chest."
 VANISH_EVERY = 10
 FAULT_EVERY = 4
 TERMINAL = ("finished", "error", "stopped")
+REDELIVERED = "redelivered (QoS 1)"  # the same terminal payload again, after a broker restart
 
 
 def text_for(index: int) -> str:
@@ -91,7 +92,12 @@ class FaultSoak:
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.http_port}", timeout=120)
         self._until_ready(180)
         self.outcomes: dict[str, Counter[str]] = {f: Counter() for f in ("mqtt", "wyoming", "http")}
-        self.terminal: dict[str, list[str]] = {}  # MQTT request id → terminal events heard
+        # MQTT request id → terminal events heard, with their payloads: QoS 1 is at least
+        # once, so a broker killed after forwarding an event but before acknowledging it
+        # to the daemon delivers the same payload again when the daemon resends it. A
+        # second *different* terminal payload is a duplicate outcome; the same one again
+        # is a redelivery, counted apart.
+        self.terminal: dict[str, list[tuple[str, bytes]]] = {}
         self.sent: list[str] = []
         self.refused: set[str] = set()  # MQTT ids answered on <base>/error
         self.cond = threading.Condition()
@@ -159,7 +165,7 @@ class FaultSoak:
             if message.topic.endswith("/error"):  # a refusal, or a failed one's reason
                 self.refused.add(request_id)
             elif data.get("event") in TERMINAL:
-                self.terminal[request_id].append(data["event"])
+                self.terminal[request_id].append((data["event"], message.payload))
             self.cond.notify_all()
 
     def _http(self) -> None:
@@ -273,8 +279,11 @@ class FaultSoak:
             refused = set(self.refused)
         mqtt_outcomes: Counter[str] = Counter()
         for rid, events in heard.items():
-            mqtt_outcomes[events[0] if events else "refused" if rid in refused else "lost"] += 1
-            mqtt_outcomes["duplicate"] += len(events) > 1
+            first = events[0][0] if events else "refused" if rid in refused else "lost"
+            mqtt_outcomes[first] += 1
+            distinct = len({payload for _, payload in events})
+            mqtt_outcomes["duplicate"] += distinct > 1
+            mqtt_outcomes[REDELIVERED] += len(events) - distinct
         self.outcomes["mqtt"] = mqtt_outcomes
         frontends = {}
         for frontend, seen in self.outcomes.items():
@@ -286,7 +295,7 @@ class FaultSoak:
                 )
                 for outcome in TERMINAL
             }
-            requests = sum(v for k, v in seen.items() if k != "duplicate")
+            requests = sum(v for k, v in seen.items() if k not in ("duplicate", REDELIVERED))
             refused = sum(v for k, v in seen.items() if k.startswith(("http-", "refused")))
             frontends[frontend] = {
                 "requests": requests,

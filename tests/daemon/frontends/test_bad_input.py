@@ -21,7 +21,7 @@ SAY = [
     b'{"text": "Hi", "volume": 500}',
     b'{"text": "Hi", "voice": "no-such-voice"}',
     b"Hello\x00world\x1b[31m",
-    b"<speak><prosody rate='fast'>Hi</prosody></speak>",
+    b"<speak><prosody rate='fast'>Hi</speak>",  # SSML, not well-formed
     "😀🎉🔥".encode(),
     b'{"text": "Hi", "priority": 3}',
     b'{"text": "Hi", "id": [1]}',
