@@ -2,7 +2,8 @@
 
 Each system runs in its own worker process (so peak RSS is its own), on the same texts
 and the same voice, for several interleaved rounds; the table shows medians and the
-ratio of each system to piper-tts measured in the same run.
+ratio of each system to piper-tts measured in the same run, and beside them the DNSMOS
+of each system's audio of each text (tools/bench_mos.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from .bench_mos import Clips, MosColumns, score_clips
 
 TEXTS = {
     "short": "Turn on the kitchen lights.",
@@ -38,7 +41,8 @@ TEXTS = {
 }
 
 
-Runner = Callable[[str], Iterator[float]]  # text → seconds of audio per chunk, as made
+# text → (samples, sample rate) per chunk, as made; int16 or float samples
+Runner = Callable[[str], Iterator[tuple[Any, int]]]
 
 
 def _timed(chunks: Runner) -> Callable[[str], tuple[float | None, float]]:
@@ -48,20 +52,35 @@ def _timed(chunks: Runner) -> Callable[[str], tuple[float | None, float]]:
         first = None
         audio = 0.0
         started = time.perf_counter()
-        for seconds in chunks(text):
+        for samples, rate in chunks(text):
             if first is None:
                 first = time.perf_counter() - started
-            audio += seconds
+            audio += len(samples) / rate
         return first, audio
 
     return run
+
+
+def _save_clip(chunks: Runner, text: str, path: Path) -> int:
+    """One synthesis of `text` as float audio in [-1, 1] in `path` (.npy); its rate."""
+    import numpy as np
+
+    parts, rate = [], 0
+    for samples, chunk_rate in chunks(text):
+        audio = np.asarray(samples)
+        if np.issubdtype(audio.dtype, np.integer):  # int16 PCM
+            audio = audio / -np.iinfo(audio.dtype).min
+        parts.append(audio.astype(np.float32))
+        rate = chunk_rate  # one rate per voice
+    np.save(path, np.concatenate(parts) if parts else np.zeros(0, np.float32))
+    return rate
 
 
 def _piper_runner(voice_path: str) -> Runner:
     from piper import PiperVoice
 
     voice = PiperVoice.load(voice_path)
-    return lambda text: (len(c.audio_float_array) / c.sample_rate for c in voice.synthesize(text))
+    return lambda text: ((c.audio_float_array, c.sample_rate) for c in voice.synthesize(text))
 
 
 def _magpie_synth(voice_path: str, provider: str, precision: str, state_dir: str) -> Any:
@@ -92,7 +111,7 @@ def _magpie_synth(voice_path: str, provider: str, precision: str, state_dir: str
 
 
 def _magpie_runner(synth: Any) -> Runner:
-    return lambda text: (c.duration_s for c in synth.stream(text))
+    return lambda text: ((c.pcm, c.sample_rate) for c in synth.stream(text))
 
 
 def _stage_profile(synth: Any, text: str, repeats: int) -> dict[str, float]:
@@ -171,13 +190,16 @@ def _streaming_vits_runner(voice_path: str) -> Runner:
     from streaming_vits import StreamingTTS
 
     tts = StreamingTTS(voice_path, verbose=False)
-    return lambda text: (len(c.audio) / tts.sample_rate for c in tts.stream(text))
+    return lambda text: ((c.audio, tts.sample_rate) for c in tts.stream(text))
 
 
 def _load_system(
     system: str, voice_path: str, state_dir: str, repeats: int
-) -> tuple[Callable[[str], tuple[float | None, float]], Callable[[], dict[str, Any]] | None]:
-    """(one timed synthesis of a text, the profile where the system has one), warmed."""
+) -> tuple[
+    Callable[[str], tuple[float | None, float]], Callable[[], dict[str, Any]] | None, Runner
+]:
+    """(one timed synthesis of a text, the profile where the system has one, its chunks),
+    warmed."""
     profile: Callable[[], dict[str, Any]] | None = None
     if system == "piper":
         chunks = _piper_runner(voice_path)
@@ -198,7 +220,7 @@ def _load_system(
     run = _timed(chunks)
     for text in TEXTS.values():  # warm every path once, as a daemon would be
         run(text)
-    return run, profile
+    return run, profile, chunks
 
 
 REPLY = "@bench "  # marks the worker's answers among whatever else a library prints
@@ -210,11 +232,11 @@ def _reply(value: Any) -> None:
 
 def serve_worker(system: str, voice_path: str, state_dir: str, repeats: int) -> None:
     """One system, loaded once, timing syntheses on request from stdin (`run <text>
-    <times>`, then `profile`, `quit`): the parent has every system run a text in turn, so
-    each system's runs have a peer's seconds away (this host's speed drifts by a third
-    within minutes)."""
+    <times>`, then `profile`, `clip <text> <path>`, `quit`): the parent has every system
+    run a text in turn, so each system's runs have a peer's seconds away (this host's
+    speed drifts by a third within minutes)."""
     loaded = time.perf_counter()
-    run, profile = _load_system(system, voice_path, state_dir, repeats)
+    run, profile, chunks = _load_system(system, voice_path, state_dir, repeats)
     _reply({"load_s": time.perf_counter() - loaded})
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
@@ -230,6 +252,9 @@ def serve_worker(system: str, voice_path: str, state_dir: str, repeats: int) -> 
         elif command == "profile":  # peak memory before profiling
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             _reply({"peak_rss_mb": rss_mb, "profile": profile() if profile else None})
+        elif command == "clip":  # clip <text> <path>: the audio, for the parent's DNSMOS
+            name, _, path = argument.partition(" ")
+            _reply({"sample_rate": _save_clip(chunks, TEXTS[name], Path(path))})
         elif command == "quit":
             return
 
@@ -310,13 +335,15 @@ def _median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
 
-def report(runs: dict[str, list[dict[str, Any]]]) -> str:
-    lines = []
+def report(runs: dict[str, list[dict[str, Any]]], mos: MosColumns | None = None) -> str:
+    """The speed table with each row's DNSMOS beside it, then each system's mean DNSMOS."""
+    mos = mos or MosColumns(problems=["not measured"])
     header = (
         f"{'text':<7} {'system':<15} {'first ms':>9} {'total ms':>9} {'RTF':>7} "
-        f"{'first/piper':>11} {'RTF/piper':>9} {'per round':>11} {'RSS MB':>7}"
+        f"{'first/piper':>11} {'RTF/piper':>9} {'per round':>11} {'RSS MB':>7} "
+        f"{'P.808':>5} {'OVRL':>5}"
     )
-    lines += [header, "-" * len(header)]
+    lines = [mos.header(TEXTS), header, "-" * len(header)]
     merged: dict[str, dict[str, dict[str, list[float]]]] = {}
     audio: dict[str, float] = {}
     rss: dict[str, float] = {}
@@ -340,11 +367,13 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> str:
                 ratio_first = f"{first / _median_ms(base['first']):.3f}"
                 ratio_rtf = f"{rtf / base_rtf:.3f}"
                 spread = _round_spread(runs, system, text)
+            p808, ovrl = mos.cells(system, text)
             lines.append(
                 f"{text:<7} {system:<15} {first:>9.1f} {total:>9.1f} {rtf:>7.4f} "
-                f"{ratio_first:>11} {ratio_rtf:>9} {spread:>11} {rss[system]:>7.0f}"
+                f"{ratio_first:>11} {ratio_rtf:>9} {spread:>11} {rss[system]:>7.0f} "
+                f"{p808:>5} {ovrl:>5}"
             )
-    return "\n".join(lines)
+    return "\n".join(lines + mos.summary(list(runs), TEXTS))
 
 
 def _round_spread(runs: dict[str, list[dict[str, Any]]], system: str, text: str) -> str:
@@ -362,15 +391,21 @@ SETTLE_S = 0.05  # between two systems' runs: a spinning thread pool goes idle
 
 
 def _lockstep(
-    systems: list[str], voice_path: str, state_dir: str, repeats: int, rounds: int
-) -> dict[str, list[dict[str, Any]]]:
+    systems: list[str],
+    voice_path: str,
+    state_dir: str,
+    repeats: int,
+    rounds: int,
+    clips_dir: Path,
+) -> tuple[dict[str, list[dict[str, Any]]], Clips]:
     """Every system loaded at once; in each round each runs each text `repeats` times
     back to back (as one process per system did), the systems in turn and their order
     rotating, so a system's runs and its peers' are seconds apart and the host's drift
     hits all alike. One process per system, one after another, put them minutes apart:
     on this host piper's short text took 60 ms in one bench and 99 ms in the next.
     Run by run alternation instead would time every run cold (caches, idle threads),
-    which costs piper's 63 MB of fp32 weights more than Magpie's INT8 decoder."""
+    which costs piper's 63 MB of fp32 weights more than Magpie's INT8 decoder. Last,
+    each system speaks each text once more into `clips_dir`, for DNSMOS."""
     workers: dict[str, _Worker] = {}
     for system in systems:
         print(f"loading {system}", file=sys.stderr, flush=True)
@@ -423,7 +458,14 @@ def _lockstep(
             ]
             if facts["profile"] is not None:
                 runs[system][-1]["profile"] = facts["profile"]
-        return runs
+        clips: Clips = {}
+        for system in list(workers):
+            for name in TEXTS:
+                path = clips_dir / f"{system}-{name}.npy"
+                if (answer := ask(system, f"clip {name} {path}")) is None:
+                    break
+                clips.setdefault(system, {})[name] = (path, answer["sample_rate"])
+        return runs, clips
     finally:
         for worker in workers.values():
             worker.close()
@@ -445,7 +487,12 @@ def run_bench(
     systems = available_systems(state_dir, voice_path, peers, providers)
     if len(providers) > 1:
         _write_reference_latent(voice_path, state_dir)
-    runs = _lockstep(systems, voice_path, str(state_dir), repeats, rounds)
+    with tempfile.TemporaryDirectory(prefix="magpie-bench-clips-") as clips_dir:
+        runs, clips = _lockstep(
+            systems, voice_path, str(state_dir), repeats, rounds, Path(clips_dir)
+        )
+        print("scoring DNSMOS", file=sys.stderr, flush=True)
+        mos = score_clips(clips, list(TEXTS))
     runs = {k: v for k, v in runs.items() if v}
     print(
         f"\nmedians over {rounds} rounds x {repeats} runs per text (systems in turn, text by "
@@ -453,7 +500,7 @@ def run_bench(
         f"{Path(voice_path).name}; words: "
         + ", ".join(f"{k} {len(v.split())}" for k, v in TEXTS.items())
     )
-    print(report(runs))
+    print(report(runs, mos))
     print(profile_report(runs))
     if len(providers) > 1:
         print(snr_report(state_dir, [s for s in runs if s.startswith("magpie-")]))

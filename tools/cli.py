@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=["clear"])
     cache.set_defaults(func=cmd_cache)
 
-    bench = sub.add_parser("bench", help="first audio / total / RTF / RSS vs piper-tts")
+    bench = sub.add_parser("bench", help="first audio / total / RTF / RSS / DNSMOS vs piper-tts")
     bench.add_argument("--repeats", type=int, default=7)
     bench.add_argument("--rounds", type=int, default=2)
     bench.add_argument("--voice", type=Path)
