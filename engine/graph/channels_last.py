@@ -28,9 +28,14 @@ _UNARY = frozenset({"LeakyRelu", "Relu", "Tanh", "Sigmoid", "Identity"})
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
-def rewrite_channels_last(model: onnx.ModelProto) -> int:
+def rewrite_channels_last(model: onnx.ModelProto, keep_first: frozenset[str] = frozenset()) -> int:
     """Rewrite `model` in place; returns the number of convs whose output is kept
-    channels-last (0: the graph was left as it was)."""
+    channels-last (0: the graph was left as it was).
+
+    Convs named in `keep_first` (those an INT8 decoder keeps fp32) stay channels-first
+    with what follows them: onnxruntime runs a float conv only channels-first, so a
+    float stage rewritten would pay a transpose on each side of every conv (at the full
+    rate, 22 % of the gate's INT8 decoder) where it now pays one at its entry."""
     if has_subgraphs(model):  # they would read channels-last tensors unseen
         return 0
     graph = model.graph
@@ -81,7 +86,12 @@ def rewrite_channels_last(model: onnx.ModelProto) -> int:
         if position in skip:
             continue
         free = not any(out in outputs for out in node.output)
-        if node.op_type == "Conv" and len(attributes(node).get("kernel_shape", [])) == 1 and free:
+        if (
+            node.op_type == "Conv"
+            and len(attributes(node).get("kernel_shape", [])) == 1
+            and free
+            and node.name not in keep_first
+        ):
             own = node.output[0]
             node.input[0] = to_first(node.input[0])
             node.output[0] = f"{own}{CHANNELS_LAST_MARK}/ncw"

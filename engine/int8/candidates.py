@@ -192,11 +192,14 @@ def decoder_candidates(groups: dict[str, list[str]]) -> list[Candidate]:
     ]
 
 
-def channels_last_split(split: SplitGraph, out: Path) -> SplitGraph | None:
-    """The split with its decoder rewritten channels-last (at `out`), or None where the
-    rewrite finds no conv to keep so."""
+def channels_last_split(
+    split: SplitGraph, out: Path, keep_first: frozenset[str] = frozenset()
+) -> SplitGraph | None:
+    """The split with its decoder rewritten channels-last (at `out`) but the convs in
+    `keep_first` (a candidate's fp32 ones), or None where the rewrite finds no conv to
+    keep so."""
     model = onnx.load(str(split.decoder))
-    if not rewrite_channels_last(model):
+    if not rewrite_channels_last(model, keep_first):
         return None
     onnx.save(model, str(out))
     return dataclasses.replace(split, decoder=out)

@@ -114,10 +114,16 @@ def prepare_int8(
     # A crash from here on must not leave an old report describing a new model.
     report_path.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=".int8-") as tmp:
-        # Candidates are quantized from the channels-last graph: the same arithmetic
-        # (the same audio bit for bit), without onnxruntime's transposes around convs.
-        last_split = channels_last_split(split, Path(tmp) / "decoder.channels_last.onnx")
+        channels_last: set[int] = set()  # the candidates quantized from that graph
         for index, (label, exclude, percentile, ops) in enumerate(candidates):
+            # Quantized from the graph channels-last between its INT8 convs (those it
+            # keeps fp32 stay channels-first): the same arithmetic (the same audio bit
+            # for bit), without onnxruntime's transposes around convs.
+            last_split = channels_last_split(
+                split, Path(tmp) / f"channels_last{index}.onnx", frozenset(exclude)
+            )
+            if last_split is not None:
+                channels_last.add(index)
             path = Path(tmp) / f"candidate{index}.onnx"
             quantize_candidate(
                 last_split or split,
@@ -151,13 +157,15 @@ def prepare_int8(
         _, _, index, label, best, _, score, _ = pick_candidate([tuple(e) for e in scored])
         fraction(0.72)
         plain = best
-        if last_split is not None:  # the same candidate from the model's own graph
-            _, exclude, percentile, ops = candidates[index]
+        _, exclude, percentile, ops = candidates[index]
+        if index in channels_last:  # the same candidate from the model's own graph
             plain = Path(tmp) / "plain.onnx"
             quantize_candidate(
                 split, calibration, plain, exclude, CalibrationMethod.Percentile, percentile, ops
             )
-        layout = measure_layout(best if last_split else None, plain, voice, flat, size.race_rounds)
+        layout = measure_layout(
+            best if plain != best else None, plain, voice, flat, size.race_rounds
+        )
         progress(f"      layout: {_layout_text(layout)}")
         # The gate's figures were measured on the channels-last candidate: the other
         # is installed only if it makes the same audio.

@@ -59,13 +59,49 @@ def test_the_voices_decoder_gives_the_same_numbers(voice, state_dir) -> None:
     np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
 
 
+def test_convs_kept_fp32_stay_channels_first_with_no_transpose_around_them(
+    voice, state_dir
+) -> None:
+    """The last stage a gate-passing INT8 decoder keeps fp32: its convs read and write
+    channels-first (one transpose at the stage's entry, none between its convs), the
+    rest is rewritten, and the numbers are the same."""
+    split = split_voice(voice, state_dir)
+    groups = conv_groups(split)
+    last_stage = sorted(g for g in groups if g.startswith("upsample") and "." not in g)[-1]
+    kept = frozenset(groups[last_stage] + groups["output"])
+    model = onnx.load(str(split.decoder))
+    convs = sum(node.op_type == "Conv" for node in model.graph.node)
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert rewrite_channels_last(rewritten, kept) == convs - len(kept)
+    made = {out: node for node in rewritten.graph.node for out in node.output}
+    read_by_transpose = {
+        name for node in rewritten.graph.node if node.op_type == "Transpose" for name in node.input
+    }
+    entries = 0
+    for node in rewritten.graph.node:
+        if node.name not in kept:
+            continue
+        assert node.output[0] not in read_by_transpose
+        source = made.get(node.input[0])
+        if source is not None and source.op_type == "Transpose":
+            assert "phase" in node.name  # only the upsampler reads stage 1 (channels-last)
+            entries += 1
+    assert entries >= 1
+    channels = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    z = np.random.default_rng(4).standard_normal((1, channels, 40)).astype(np.float32)
+    feeds = {split.latent_name: z}
+    (before,), (after,) = _run(model, feeds), _run(rewritten, feeds)
+    np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
+
+
 def test_quantized_from_it_the_same_audio_without_the_transposes(
     voice, synth, state_dir, tmp_path
 ) -> None:
     """A candidate with every conv INT8, quantized from both graphs with the same
     calibration: the same audio bit for bit, and onnxruntime runs the channels-last one
     with no transpose between its convs (the other has one or two around each). (The
-    candidates that keep the last stage fp32 keep its transposes: fp32 convs run NCHW.)"""
+    candidates that keep the last stage fp32 leave it channels-first: the test above.)"""
     split = split_voice(voice, state_dir)
     zs = latents(synth, "The kitchen lights are on, and the front door is locked.")
     calibration = calibration_windows(zs, 96)
