@@ -10,10 +10,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import onnx
 import onnxruntime as ort
 
+from .graph.conv2d import rewrite_float_convs_2d
 from .graph.split import SplitGraph
-from .runtime import NHWC_LAYOUT
+from .runtime import NHWC_LAYOUT, blocked_convs
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +152,31 @@ def select_decoder(
     else:
         log.info("using fp32 decoder: %s", reason)
     return split.decoder, "fp32", reason
+
+
+def single_thread_decoder(path: Path) -> Path:
+    """The decoder a one-thread session runs (a worker lane, a one-core board): its float
+    convs as 2-D ones where this onnxruntime runs those blocked here (graph/conv2d.py:
+    1.15-1.18x on one thread, but slower on two, where MLAS splits a height-1 conv
+    poorly), else `path` itself. Built once beside `path`, atomically; `path` itself
+    where it cannot be written."""
+    if not blocked_convs():
+        return path
+    blocked = path.with_name(f"{path.stem}.conv2d.onnx")
+    try:
+        if blocked.is_file() and blocked.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            return blocked
+        model = onnx.load(str(path))
+        if not rewrite_float_convs_2d(model):
+            return path
+        handle, temp = tempfile.mkstemp(prefix=f".{blocked.name}.", dir=path.parent)
+        os.close(handle)
+        try:
+            onnx.save(model, temp)
+            os.replace(temp, blocked)
+        finally:
+            Path(temp).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("one-thread decoder kept in its 1-D form: %s", exc)
+        return path
+    return blocked

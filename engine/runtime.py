@@ -275,6 +275,51 @@ def _identity_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+_blocked_convs: bool | None = None
+
+
+def blocked_convs() -> bool:
+    """Whether this onnxruntime runs a float 2-D conv in its blocked NCHWc form on this
+    CPU (MLAS has such kernels for x86 AVX2/AVX-512): the condition for running the
+    vocoder's 1-D convs as 2-D ones (graph/conv2d.py). Found once per process by
+    optimizing a one-conv graph and looking for the blocked conv it becomes (a Conv of
+    the com.microsoft.nchwc domain between reorders)."""
+    global _blocked_convs
+    if _blocked_convs is None:
+        import tempfile
+
+        import onnx
+
+        with tempfile.TemporaryDirectory(prefix="magpie-nchwc-") as folder:
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.log_severity_level = 3
+            options.optimized_model_filepath = f"{folder}/optimized.onnx"
+            try:
+                ort.InferenceSession(_conv_model(), options, providers=["CPUExecutionProvider"])
+                optimized = onnx.load(options.optimized_model_filepath)
+                _blocked_convs = any(
+                    n.op_type == "Conv" and n.domain.startswith("com.microsoft")
+                    for n in optimized.graph.node
+                )
+            except Exception as exc:  # onnxruntime's own untyped errors: plain convs then
+                log.debug("NCHWc probe failed: %s", exc)
+                _blocked_convs = False
+    return _blocked_convs
+
+
+def _conv_model() -> bytes:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((32, 32, 1, 3), np.float32), "w")
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 1, 64])
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 64])
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 3], pads=[0, 1, 0, 1])
+    graph = helper.make_graph([conv], "probe", [value], [output], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
 def plain_options() -> ort.SessionOptions:
     """onnxruntime's default options, on the shared thread pool where the process has it:
     for checks that run a graph outside make_session."""

@@ -17,7 +17,13 @@ from typing import Any
 from ..errors import VoiceError
 from ..graph.flow_split import FlowSplit, Probes, split_flow
 from ..graph.split import split_voice
-from ..precision import disabled_optimizers, expands, select_decoder, select_frontend
+from ..precision import (
+    disabled_optimizers,
+    expands,
+    select_decoder,
+    select_frontend,
+    single_thread_decoder,
+)
 from ..runtime import (
     ProviderChoice,
     RuntimeConfig,
@@ -92,17 +98,22 @@ def load_sessions(voice: Voice, config: EngineConfig, probes: Probes) -> VoiceSe
     threads = runtime.intra_op_threads or os.cpu_count() or 1
     share = max(1, threads // max(workers, 1))
     single = replace(runtime, intra_op_threads=share)
+    # One-thread sessions run the decoder's float convs blocked (precision.py); a
+    # several-thread one the graph as it is.
+    on_cpu = choice.used == "cpu"
+    main_path = single_thread_decoder(decoder_path) if on_cpu and threads == 1 else decoder_path
+    lane_path = single_thread_decoder(decoder_path) if on_cpu and share == 1 else decoder_path
     try:
         frontend = make_session(encoder_path, runtime, choice, "frontend")
         flows = [
             make_session(flow.flow, lane, choice, "frontend")
             for lane in ([runtime] + [single] * workers if flow else [])
         ]
-        decoder_session = make_session(decoder_path, runtime, choice, "decoder", profile)
+        decoder_session = make_session(main_path, runtime, choice, "decoder", profile)
         lanes = [
             (
                 make_session(encoder_path, single, choice, "frontend"),
-                make_session(decoder_path, single, choice, "decoder", profile),
+                make_session(lane_path, single, choice, "decoder", profile),
             )
             for _ in range(workers)
         ]
