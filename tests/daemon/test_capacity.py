@@ -8,6 +8,7 @@ import math
 import pytest
 from magpie_tts.daemon.config import Config, ConfigError, load_config, resolved_workers
 from magpie_tts.daemon.core.capacity import (
+    SAFETY,
     Capacity,
     Load,
     predicted_first_s,
@@ -34,7 +35,7 @@ class Out:
 def test_capacity_is_the_lanes_real_time_streams_with_headroom() -> None:
     two_lanes = speed(0.1, 0.1)  # each lane makes 10 s of audio a second
     assert throughput(two_lanes) == pytest.approx(20)
-    assert stream_capacity(two_lanes) == 12  # floor(0.6 × 20)
+    assert stream_capacity(two_lanes) == math.floor(SAFETY * 20) >= 1
     assert stream_capacity(two_lanes, cap=5) == 5  # a configured integer caps it
     assert stream_capacity(speed(2.0)) == 1  # slower than real time: still one
 
@@ -71,12 +72,13 @@ def test_a_starved_cpu_admits_fewer_streams() -> None:
     live: list[float | None] = [None]
     capacity = Capacity(None)
     capacity.measure(speed(0.1, 0.1, first_turn_s=0.05), lambda: live[0])
-    assert capacity.limit == 12  # no first turn measured yet: the warm-up's speed
+    full = math.floor(SAFETY * 20)
+    assert capacity.limit == full  # no first turn measured yet: the warm-up's speed
     live[0] = 0.06  # within the spread of an idle machine
-    assert capacity.limit == 12
+    assert capacity.limit == full
     live[0] = 0.1  # first turns take twice as long: half the streams
-    assert capacity.limit == 6
-    assert Capacity(4).limit == 4 and stream_capacity(speed(0.1, 0.1), 4, 3.0) == 4
+    assert capacity.limit == math.floor(SAFETY * 20 / 2) < full
+    assert Capacity(4).limit == 4 and stream_capacity(speed(0.1, 0.1), 4, 1.5) == 4
 
 
 def test_who_is_shed_alerts_and_normal_speaker_utterances_never() -> None:
@@ -96,14 +98,14 @@ def test_unmeasured_capacity_is_the_cap_or_eight() -> None:
     assert Capacity(None).limit == 8
     assert Capacity(3).limit == 3
     capacity = Capacity(None)
-    assert capacity.measure(speed(0.05, 0.05), lambda: None) == 24
+    assert capacity.measure(speed(0.05, 0.05), lambda: None) == math.floor(SAFETY * 40)
     assert capacity.describe()["source"] == "measured"
 
 
 def test_the_core_refuses_past_the_measured_capacity_at_once() -> None:
     core = fake_core(FakeSynth(unit_delay=0.5), max_streams=None)
     try:
-        core.capacity.measure(speed(0.5, threads=2), lambda: None)  # floor(0.6 × 2): one
+        core.capacity.measure(speed(0.5, threads=2), lambda: None)  # floor(SAFETY × 2) < 1: one
         assert core.slots.max_streams == 1
         sink = RecordingSink()
         core.submit(Ask(id="one", text="Hello there.", source="http"), sink, Out())
