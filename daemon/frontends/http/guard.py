@@ -16,22 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 from magpie_tts.daemon.config import Config
-from magpie_tts.daemon.core.rate import RateLimit
 
+from ..access import Access, Refusal, RefusalLog
 from .fields import ApiError
 
 log = logging.getLogger(__name__)
 
-AUTH_FAILURES_PER_MINUTE = 10  # wrong keys from one address; past this: 429, key unchecked
-LOG_INTERVAL_S = 60.0  # one WARNING per client and kind of refusal per interval
-MAX_LOG_KEYS = 10_000
 TEXT_BODY_ROUTES = frozenset({"/tts", "/tts/stream"})  # text/plain: the streamed text itself
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -45,11 +40,10 @@ class Guard:
 
     def __init__(self, config: Config) -> None:
         self.allowed_origins = frozenset(config.http.allowed_origins)
-        self.api_key = config.http.resolved_api_key()
         self.read_timeout_s = config.limits.client_read_timeout_s
-        self.speech = RateLimit(config.http.rate_per_minute)  # per client address
-        self.failures = RateLimit(AUTH_FAILURES_PER_MINUTE)  # per client address
-        self._warned: dict[tuple[str, str], list[float]] = {}  # → [last warning, quieted]
+        # The key (failed attempts limited) and the speech budget, per client address.
+        self.access = Access(config.http.resolved_api_key(), config.http.rate_per_minute)
+        self.refusals = RefusalLog(log)
 
     # -- every request: origin, body type, body in time -------------------------------------
 
@@ -113,75 +107,49 @@ class Guard:
 
     def authenticate(self, request: web.Request) -> None:
         """401 without the right bearer key; past a few failures a minute from one
-        address, 429 without even looking at the key (no guessing at speed)."""
-        if self.api_key is None:
-            return
-        client = client_of(request)
-        wait = self.failures.retry_after(client)
-        if wait > 0:
-            raise ApiError(
-                429,
-                f"too many failed authentications from {client}: try again later",
-                "auth_locked",
-                retry_after=wait,
-            )
-        if not _has_key(request.headers.get("Authorization", ""), self.api_key):
-            self.failures.take(client)
+        address, 429 without even looking at the key (access.py)."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        offered = [token] if scheme.lower() == "bearer" else []
+        try:
+            self.access.authenticate(client_of(request), offered)
+        except Refusal as refusal:
+            if refusal.kind != "auth":
+                raise _refused(refusal) from None
             raise ApiError(
                 401,
                 "missing or wrong API key (Authorization: Bearer …)",
                 "auth",
                 headers={"WWW-Authenticate": 'Bearer realm="magpie-tts"'},
-            )
+            ) from None
 
     @contextlib.contextmanager
     def budget(self, request: web.Request) -> Iterator[None]:
         """Around one speech request's admission: 429 when the client's budget is
         spent; the request is counted only if the block succeeds (the core took it)."""
         client = client_of(request)
-        wait = self.speech.retry_after(client)
-        if wait > 0:
-            limit = self.speech.per_minute
-            raise ApiError(
-                429,
-                f"rate limit: more than {limit} speech requests per minute",
-                "busy",
-                retry_after=wait,
-            )
+        try:
+            self.access.check_budget(client, "speech requests")
+        except Refusal as refusal:
+            raise _refused(refusal) from None
         yield
-        self.speech.take(client)
+        self.access.spend(client)
 
     # -- logging ------------------------------------------------------------------------------
 
     def log_refusal(self, request: web.Request, exc: ApiError) -> None:
-        """One WARNING per client and kind a minute (with how many were quieted since);
-        the rest at DEBUG: a client hammering wrong requests does not flood the log. The
+        """One WARNING per client and kind a minute, the rest at DEBUG (access.py). The
         kind (`code`), not the message: a message may quote the request (spoken text)."""
-        key = (client_of(request), exc.code)
-        now = time.monotonic()
-        seen = self._warned.get(key)
-        if seen is not None and now - seen[0] < LOG_INTERVAL_S:
-            seen[1] += 1
-            log.debug("HTTP %s %s: %d %s", request.method, request.path, exc.status, exc.code)
-            return
-        if len(self._warned) >= MAX_LOG_KEYS:
-            self._warned = {k: v for k, v in self._warned.items() if now - v[0] < LOG_INTERVAL_S}
-        quieted = f" ({seen[1]} more like it since the last warning)" if seen and seen[1] else ""
-        self._warned[key] = [now, 0]
-        log.warning(
-            "HTTP %s %s from %s: %d %s%s",
-            request.method,
-            request.path,
-            key[0],
-            exc.status,
+        client = client_of(request)
+        self.refusals.note(
+            client,
             exc.code,
-            quieted,
+            f"HTTP {request.method} {request.path} from {client}: {exc.status} {exc.code}",
         )
 
 
-def _has_key(given: str, key: str) -> bool:
-    scheme, _, token = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+def _refused(refusal: Refusal) -> ApiError:
+    """429: too many wrong keys, or the speech budget spent."""
+    return ApiError(429, refusal.message, refusal.kind, retry_after=refusal.retry_after)
 
 
 def _preflight_headers(request: web.Request) -> dict[str, str]:
