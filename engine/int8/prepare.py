@@ -58,8 +58,8 @@ class PrepareSize:
     calibration: int = len(CALIBRATION_TEXTS)
     gate: int = len(GATE_TEXTS)
     race_rounds: int = 5
-    # Stop at the first candidate within every bound (they come most likely to pass and
-    # fastest first): no race among candidates. `prepare` scores them all.
+    # Stop at the first candidate within every bound (they come fastest of the likely to
+    # pass first): no race among candidates. `prepare` scores them all.
     first_fit: bool = False
 
 

@@ -112,9 +112,12 @@ def test_split_decoder_has_only_plain_convs_grouped_by_stage(voice, state_dir) -
         assert blocks and not any("/phase" in n for n in blocks)
     assert groups["output"] == ["/dec/conv_post/Conv"]
     candidates = decoder_candidates(groups)
-    # The likeliest to pass first: the last stage fp32 (where DNSMOS hears INT8), the
+    # The fastest of the likely to pass first: the last stage's residual blocks fp32
+    # (where DNSMOS hears INT8), its upsampler INT8; then that whole stage fp32 with the
     # other stages' residual adds INT8 too.
     _, exclude, _, ops = candidates[0]
+    assert ops == ("Conv",) and exclude == groups["output"] + groups[f"{stages[-1]}.blocks"]
+    _, exclude, _, ops = candidates[1]
     last = groups["output"] + groups[stages[-1]] + groups["last adds"]
     assert ops == ("Conv", "Add") and exclude == last
     model_adds = [n.name for n in model.graph.node if n.op_type == "Add"]
