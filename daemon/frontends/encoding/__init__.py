@@ -7,6 +7,7 @@ the chunks are made (never at the end), so first bytes leave as early as the aud
     out.write(pcm_s16le) → bytes ready now (possibly b"")
     out.finish()         → the encoder's and resampler's tail
     out.content_type, out.rate
+    WholeAudio(max_s).keep(out, pcm, rate)  → a whole file's audio, at most max_s of it
 
 Codecs and containers are FFmpeg's (PyAV): libmp3lame mp3, libopus in Ogg, AAC in
 ADTS, FLAC; the rate is changed by `soxr.ResampleStream`. WAV is the one header this
@@ -15,6 +16,7 @@ layer writes itself (44 bytes, sizes unknown while streaming), PCM has none.
 
 from .formats import CONTENT_TYPES, FORMATS, MAX_RATE, MIN_RATE, OutputError, check, output_rate
 from .output import AudioOutput, open_output, wav_header
+from .whole import WholeAudio
 
 __all__ = [
     "CONTENT_TYPES",
@@ -23,6 +25,7 @@ __all__ = [
     "MIN_RATE",
     "AudioOutput",
     "OutputError",
+    "WholeAudio",
     "check",
     "open_output",
     "output_rate",

@@ -18,7 +18,7 @@ import numpy as np
 from magpie_tts.daemon.core.utterance import Event, Utterance
 
 from ..backpressure import deliver
-from ..encoding import AudioOutput, open_output
+from ..encoding import AudioOutput, WholeAudio, open_output
 from .fields import Settings
 from .status import Code, RpcError
 
@@ -36,12 +36,11 @@ class CallAudio:
         self.loop = loop
         self.settings = settings
         self.stall_s = stall_s
-        self.max_whole_s = max_whole_s
         self.output: AudioOutput | None = None  # opened with the first chunk (its rate)
         self.pieces: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_PIECES)
         self.outcome: asyncio.Future[Event] = loop.create_future()
-        self.whole = bytearray()
-        self.audio_s = 0.0
+        # Synthesize's whole audio (None: SynthesizeOnline streams it out)
+        self.kept = WholeAudio(max_whole_s) if max_whole_s is not None else None
         self.refusal: RpcError | None = None  # the call's answer, whatever was made
         # Words timed but not yet sent: appended on the synthesis thread before the audio
         # they describe is handed over, taken on the loop with that audio or after it.
@@ -60,7 +59,7 @@ class CallAudio:
     def write(self, pcm: np.ndarray, sample_rate: int) -> bool:
         if self.output is None:
             self.output = open_output(self.settings.fmt, sample_rate, self.settings.rate)
-        if self.max_whole_s is not None:
+        if self.kept is not None:
             return self._keep(pcm, sample_rate)
         data = self.output.write(pcm.astype("<i2").tobytes())
         if not data:
@@ -68,20 +67,18 @@ class CallAudio:
         return deliver(self.loop, self.pieces.put(data), self.stall_s, None, "gRPC client")
 
     def _keep(self, pcm: np.ndarray, rate: int) -> bool:
-        assert self.output is not None and self.max_whole_s is not None
-        if self.audio_s + len(pcm) / rate > self.max_whole_s:
-            self.refuse(
-                RpcError(
-                    Code.INVALID_ARGUMENT,
-                    f"the whole audio would be over {self.max_whole_s:g} s "
-                    "(http.max_file_audio_s): use SynthesizeOnline",
-                    "too-long",
-                )
+        assert self.output is not None and self.kept is not None
+        if self.kept.keep(self.output, pcm, rate):
+            return True
+        self.refuse(
+            RpcError(
+                Code.INVALID_ARGUMENT,
+                f"the whole audio would be over {self.kept.max_s:g} s "
+                "(http.max_file_audio_s): use SynthesizeOnline",
+                "too-long",
             )
-            return False  # ends the synthesis
-        self.audio_s += len(pcm) / rate
-        self.whole += self.output.write(pcm.astype("<i2").tobytes())
-        return True
+        )
+        return False  # ends the synthesis
 
     # -- Sink: from a core thread ---------------------------------------------------------------
 

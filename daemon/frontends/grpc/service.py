@@ -66,7 +66,8 @@ class RivaSynthesis:
         failure = call.refusal or failure_of(event)
         if failure is not None:
             return await self._abort(context, failure)
-        audio = bytes(call.whole) + call.tail()
+        assert call.kept is not None
+        audio = bytes(call.kept.data) + call.tail()
         return self._response(request, audio, utterance, request.text, call.take_words())
 
     async def SynthesizeOnline(self, requests: AsyncIterator[Any], context: Any) -> None:

@@ -19,7 +19,7 @@ from aiohttp import web
 from magpie_tts.daemon.core.utterance import Event, Utterance
 
 from ..backpressure import bound_send_buffer, deliver, paced
-from ..encoding import CONTENT_TYPES, AudioOutput, open_output, output_rate, wav_header
+from ..encoding import CONTENT_TYPES, AudioOutput, WholeAudio, open_output, output_rate, wav_header
 from .fields import ApiError, error_response
 
 FILE_PIECE = 64 * 1024  # a whole file goes out in pieces of this size
@@ -70,12 +70,10 @@ class AudioResponse(OutcomeSink):
         self.sample_rate = sample_rate
         self.stream_format = stream_format
         self.stall_s = stall_s
-        self.max_file_s = max_file_s
         super().__init__(asyncio.get_running_loop())
         self.response: web.StreamResponse | None = None
         self.output: AudioOutput | None = None  # opened with the first chunk (its rate)
-        self.audio_s = 0.0  # a whole file's audio so far
-        self.whole = bytearray()  # a whole file's encoded bytes: one buffer, sent in pieces
+        self.kept = WholeAudio(max_file_s)  # a whole file's audio (stream_format None)
         self.refusal: ApiError | None = None
         self.timestamps = timestamps
         self.timed: list[dict[str, Any]] = []  # word/mark events not yet sent (or all: JSON)
@@ -111,19 +109,17 @@ class AudioResponse(OutcomeSink):
     def _keep(self, pcm: np.ndarray, rate: int) -> bool:
         """A whole file's audio, encoded as it comes and kept until the end."""
         assert self.output is not None
-        if self.audio_s + len(pcm) / rate > self.max_file_s:
-            self.refuse(
-                ApiError(
-                    413,
-                    f"the whole file would be over {self.max_file_s:g} s of audio: "
-                    'ask for a stream ("stream": true, /tts/stream or /v1/audio/speech)',
-                    "too-long",
-                )
+        if self.kept.keep(self.output, pcm, rate):
+            return True
+        self.refuse(
+            ApiError(
+                413,
+                f"the whole file would be over {self.kept.max_s:g} s of audio: "
+                'ask for a stream ("stream": true, /tts/stream or /v1/audio/speech)',
+                "too-long",
             )
-            return False  # ends the synthesis
-        self.audio_s += len(pcm) / rate
-        self.whole += self.output.write(pcm.astype("<i2").tobytes())
-        return True
+        )
+        return False  # ends the synthesis
 
     async def _send(self, data: bytes, timed: list[dict[str, Any]] | None = None) -> None:
         if self.response is None:
@@ -209,16 +205,16 @@ class AudioResponse(OutcomeSink):
     def _captioned(self) -> web.Response:
         """The whole file and its words in one JSON (like Kokoro's captioned speech)."""
         if self.output is not None:
-            self.whole += self.output.finish()
-        header = wav_header(self._rate(), len(self.whole)) if self.fmt == "wav" else b""
+            self.kept.data += self.output.finish()
+        header = wav_header(self._rate(), len(self.kept.data)) if self.fmt == "wav" else b""
         body = {
-            "audio": base64.b64encode(header + bytes(self.whole)).decode(),
+            "audio": base64.b64encode(header + bytes(self.kept.data)).decode(),
             "content_type": CONTENT_TYPES[self.fmt],
             "sample_rate": self._rate(),
             "words": [e for e in self.timed if e["type"] == "speech.word"],
             "marks": [e for e in self.timed if e["type"] == "speech.mark"],
         }
-        self.whole = bytearray()
+        self.kept.data = bytearray()
         return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     async def _send_file(self) -> web.StreamResponse:
@@ -226,27 +222,27 @@ class AudioResponse(OutcomeSink):
         them: no second copy in the connection's buffer, and a client that takes
         nothing is cut off like a stalled stream."""
         if self.output is not None:
-            self.whole += self.output.finish()
+            self.kept.data += self.output.finish()
         header = b""
         if self.fmt == "wav":
-            header = wav_header(self._rate(), len(self.whole))
+            header = wav_header(self._rate(), len(self.kept.data))
         headers = self._headers()
         del headers["X-Accel-Buffering"]
         self.response = response = web.StreamResponse(headers=headers)
-        response.content_length = len(header) + len(self.whole)
+        response.content_length = len(header) + len(self.kept.data)
         bound_send_buffer(self.request.transport)
         await response.prepare(self.request)
         transport = self.request.transport
         if await paced(self._write_file(response, header), transport, self.stall_s, "HTTP client"):
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write_eof()
-        self.whole = bytearray()
+        self.kept.data = bytearray()
         return response
 
     async def _write_file(self, response: web.StreamResponse, header: bytes) -> None:
         if header:
             await response.write(header)
-        view = memoryview(self.whole)  # slices, not copies
+        view = memoryview(self.kept.data)  # slices, not copies
         for start in range(0, len(view), FILE_PIECE):
             await response.write(view[start : start + FILE_PIECE])
 

@@ -13,6 +13,7 @@ from magpie_tts.daemon.frontends.encoding import (
     FORMATS,
     AudioOutput,
     OutputError,
+    WholeAudio,
     check,
     open_output,
 )
@@ -98,3 +99,16 @@ def test_a_format_or_rate_it_cannot_make_names_the_field(fmt, rate, field) -> No
 def test_any_rate_in_range_for_lossless_formats() -> None:
     for fmt in ("flac", "wav", "pcm"):
         assert open_output(fmt, SOURCE_RATE, 11111).rate == 11111
+
+
+def test_a_whole_file_keeps_its_audio_up_to_its_limit_and_no_further() -> None:
+    """HTTP's whole files and gRPC's Synthesize: encoded as it comes, at most max_s."""
+    whole, out = WholeAudio(max_s=1.0), open_output("flac", SOURCE_RATE, None)
+    chunk = np.frombuffer(tone(0.4), dtype="<i2")
+    assert whole.keep(out, chunk, SOURCE_RATE) and whole.keep(out, chunk, SOURCE_RATE)
+    kept = bytes(whole.data)
+    assert whole.audio_s == pytest.approx(0.8)
+    assert not whole.keep(out, chunk, SOURCE_RATE)  # 1.2 s: over the limit, not kept
+    assert whole.audio_s == pytest.approx(0.8) and bytes(whole.data) == kept
+    seconds, _ = decoded("flac", bytes(whole.data) + out.finish(), SOURCE_RATE)
+    assert seconds == pytest.approx(0.8, abs=0.01)

@@ -22,12 +22,18 @@ from ...harness import free_port
 def serve():  # type: ignore[no-untyped-def]
     started: list[tuple[GrpcFrontend, Any]] = []
 
-    def start(synth: FakeSynth | None = None) -> tuple[Any, FakeSynth, Any, int]:
+    def start(
+        synth: FakeSynth | None = None, max_file_s: float = 600.0
+    ) -> tuple[Any, FakeSynth, Any, int]:
         synth = synth or FakeSynth()
         core = fake_core(synth)
         port = free_port()
         # a stall cut-off (60 s) far past the wait below: only the cancel ends it in time
-        config = Config(grpc={"port": port}, limits={"client_stall_s": 60})
+        config = Config(
+            grpc={"port": port},
+            limits={"client_stall_s": 60},
+            http={"max_file_audio_s": max_file_s},
+        )
         frontend = GrpcFrontend(config, FakeHost(core))
         frontend.start()
         started.append((frontend, core))
@@ -55,6 +61,17 @@ def test_synthesize_online_and_the_voice_list(serve) -> None:
     ]
     config = stub.GetRivaSynthesisConfig(rtts.RivaSynthesisConfigRequest())
     assert config.model_config[0].parameters["subvoices"] == "alice:0"
+
+
+def test_synthesize_past_the_whole_audio_limit_is_invalid(serve) -> None:
+    """Synthesize answers with the whole audio, at most http.max_file_audio_s of it (the
+    fake makes 50 ms a unit): past it INVALID_ARGUMENT, naming the streamed call."""
+    stub, _, _, _ = serve(max_file_s=0.12)
+    assert len(stub.Synthesize(ask("One. Two.")).audio) == 2 * 50 * 2
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Synthesize(ask("One. Two. Three."))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "SynthesizeOnline" in caught.value.details()
 
 
 def test_a_cancelled_stream_stops_its_synthesis_at_once(serve) -> None:
