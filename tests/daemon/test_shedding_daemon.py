@@ -11,23 +11,19 @@ import json
 import httpx
 import pytest
 
-from ..harness import free_port, make_daemon
+from ..harness import make_http_daemon
 
 
 @pytest.fixture(scope="module")
 def shedding_daemon(tmp_path_factory, broker, prepared_state):
-    port = free_port()
-    proc = make_daemon(
+    proc = make_http_daemon(
         tmp_path_factory.mktemp("shedding"),
         broker.port,
         prepared_state,
-        http__enabled="true",
-        http__port=str(port),
         engine__workers="auto",  # the default: lanes for a network frontend on 2+ cores
         limits__max_streams="auto",  # the defaults (the harness fixes them for other tests)
         limits__first_audio_budget_ms="1",
     ).start()
-    proc.url = f"http://127.0.0.1:{port}"
     yield proc
     proc.stop()
 

@@ -22,7 +22,7 @@ from riva.client.proto import riva_tts_pb2 as rtts
 from riva.client.proto import riva_tts_pb2_grpc as rtts_grpc
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
-from ...harness import free_port, make_daemon
+from ...harness import free_port, make_http_daemon
 
 KEY = "grpc-key"
 SENTENCE = "The kitchen lights are off and the oven is cold."
@@ -43,23 +43,21 @@ WAIT_S = 60.0  # how long a step may take on a loaded machine before the test fa
 def riva_daemon(tmp_path_factory, broker, prepared_state):
     folder = tmp_path_factory.mktemp("grpc")
     (folder / "api-key").write_text(KEY + "\n")
-    port, http_port = free_port(), free_port()
-    proc = make_daemon(
+    port = free_port()
+    proc = make_http_daemon(  # HTTP for /metrics: what the daemon did with a call
         folder,
         broker.port,
         prepared_state,
         grpc__enabled="true",
         grpc__port=str(port),
         grpc__rate_per_minute="1000",
-        http__enabled="true",  # /metrics: what the daemon did with a call
-        http__port=str(http_port),
         http__api_key_file=str(folder / "api-key"),
         limits__rate_per_minute="1000",
         limits__max_waiting_streams="1",  # a second stream waiting for text is refused
         limits__client_stall_s="60",  # a cancel must stop synthesis, not the stall rule
     ).start()
     proc.uri = f"127.0.0.1:{port}"
-    proc.metrics_url = f"http://127.0.0.1:{http_port}/metrics"
+    proc.metrics_url = f"{proc.url}/metrics"
     yield proc
     proc.stop()
 
