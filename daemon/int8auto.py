@@ -77,6 +77,10 @@ class Int8Background:
         self.started_at: float | None = None
         self.took_s: float | None = None  # preparation start to INT8 speaking
         self._proc: subprocess.Popen[bytes] | None = None
+        # Held while the worker is spawned: a stop either finds it to end, or is seen by
+        # the thread before it spawns one (a daemon stopped right after its start waited
+        # the thread's whole join timeout otherwise, the worker running meanwhile).
+        self._spawning = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -105,8 +109,9 @@ class Int8Background:
 
     def stop(self) -> None:
         """Stop a preparation (its partial files are never adopted)."""
-        self._stopping.set()
-        proc = self._proc
+        with self._spawning:
+            self._stopping.set()
+            proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -141,14 +146,17 @@ class Int8Background:
             self._proc = None
 
     def _prepare(self) -> tuple[int, str]:
-        self._proc = proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_idle,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
+        with self._spawning:
+            if self._stopping.is_set():
+                return 0, ""  # stopped before it began (_run sees the stop)
+            self._proc = proc = subprocess.Popen(
+                [sys.executable, "-m", WORKER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_idle,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
         assert proc.stdin is not None and proc.stdout is not None
         with proc.stdin:
             proc.stdin.write(self.config.model_dump_json().encode())
