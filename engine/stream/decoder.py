@@ -9,15 +9,18 @@ preallocated once.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 from ..runtime import device_type
+from .turns import PRIMARY
 
 DEFAULT_SCHEDULE = (16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXT = 16  # where the graph does not tell its receptive field
@@ -34,6 +37,11 @@ BUCKET_STEP = 64
 # streams ran dry 11/20 times against 2-5/20 with 0.25.
 AFFORD_SHARE = 0.5
 AFFORD_SHARE_CONTENDED = 0.25
+# A lone stream's window (primary lane) is cut into one part per worker lane, decoded side
+# by side, where each part keeps at least this many frames: the worker lanes' one-thread
+# sessions run the float convs blocked (precision.py), and two of them side by side beat
+# one two-thread session by more than a part's extra context costs.
+SPLIT_MIN_CORE = 64
 
 
 @dataclass(frozen=True)
@@ -247,6 +255,14 @@ class ChunkedDecoder:
         self._buffers: list[dict[int, Buffers]] = [
             {length: self._bind(lane, length) for length in lengths} for lane in self.sessions
         ]
+        # Lone streams' windows in parts on the worker lanes (CPU, two lanes or more):
+        # idle then, as the primary lane runs alone (turns.py).
+        self.split_parts = len(workers) if self.device == "cpu" and len(workers) >= 2 else 0
+        self._helpers = (
+            ThreadPoolExecutor(self.split_parts - 1, thread_name_prefix="decoder-part")
+            if self.split_parts
+            else None
+        )
 
     @property
     def seconds_per_frame(self) -> float | None:
@@ -312,9 +328,12 @@ class ChunkedDecoder:
         return int(budget_s / self.seconds_per_frame) - 2 * self.context
 
     def decode(self, z: np.ndarray, sid: int | None = None) -> np.ndarray:
-        """Decode a [1, C, frames] latent window to float audio (1-D view)."""
+        """Decode a [1, C, frames] latent window to float audio (1-D view) in the calling
+        turn's lane."""
+        return self._decode_on(self.lane(), z, sid)
+
+    def _decode_on(self, lane: int, z: np.ndarray, sid: int | None) -> np.ndarray:
         frames = z.shape[2]
-        lane = self.lane()
         session = self.sessions[lane]
         entry = self._buffers[lane].get(frames)
         if entry is None or self.has_speaker:
@@ -379,8 +398,47 @@ class ChunkedDecoder:
             piece = z[:, :, window.start : min(window.stop, frames)]
             if window.stop > frames:  # a unit shorter than its bucket: repeat the last frame
                 piece = np.pad(piece, ((0, 0), (0, 0), (0, window.stop - frames)), mode="edge")
+            lo, hi = window.keep_from - window.start, window.keep_to - window.start
+            parts = self.parts(lo, hi, window.stop - window.start)
+            if parts:
+                yield self._decode_parts(piece, parts, sid)
+                continue
             audio = self.decode(piece, sid)
             self.frames_fed += window.stop - window.start
-            lo = (window.keep_from - window.start) * self.hop
-            hi = (window.keep_to - window.start) * self.hop
-            yield audio[lo:hi]
+            yield audio[lo * self.hop : hi * self.hop]
+
+    def parts(self, lo: int, hi: int, length: int) -> list[tuple[int, int, int, int]]:
+        """A window's kept frames [lo, hi) as (start, stop, keep_from, keep_to) per worker
+        lane, each with the window's context around its core where the window has it;
+        none where the calling turn is not a lone stream's or a part would be small."""
+        parts = self.split_parts
+        if not parts or self.lane() != PRIMARY or (hi - lo) < parts * SPLIT_MIN_CORE:
+            return []
+        cuts = [lo + (hi - lo) * i // parts for i in range(parts + 1)]
+        return [
+            (max(0, a - self.context), min(length, b + self.context), a, b)
+            for a, b in itertools.pairwise(cuts)
+        ]
+
+    def _decode_parts(
+        self, piece: np.ndarray, parts: list[tuple[int, int, int, int]], sid: int | None
+    ) -> np.ndarray:
+        """The kept audio of a window decoded in parts, side by side on the worker lanes
+        (part i on lane i + 1; the calling thread runs the first)."""
+        assert self._helpers is not None
+        hop = self.hop
+
+        def kept(lane: int, part: tuple[int, int, int, int]) -> np.ndarray:
+            start, stop, keep_from, keep_to = part
+            audio = self._decode_on(lane, piece[:, :, start:stop], sid)
+            return audio[(keep_from - start) * hop : (keep_to - start) * hop]
+
+        others = [
+            self._helpers.submit(kept, lane, part) for lane, part in enumerate(parts[1:], start=2)
+        ]
+        try:
+            first = kept(1, parts[0])
+        finally:  # no lane is left running into the next turn, even after an error
+            wait(others)
+        self.frames_fed += sum(stop - start for start, stop, _, _ in parts)
+        return np.concatenate([first, *(other.result() for other in others)])

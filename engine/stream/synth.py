@@ -6,7 +6,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,11 @@ class StreamingSynthesizer:
         # Sessions and decoder buffers are shared: one window at a time, the most urgent
         # stream's first (turns.py).
         self.turns = Turns(sessions.workers)
+        # A lone stream's next unit's encoder runs beside its decoding, on a worker
+        # lane's one-thread frontend (units.py, Stream.look_ahead).
+        self.lookahead = (
+            ThreadPoolExecutor(1, thread_name_prefix="frontend-ahead") if sessions.workers else None
+        )
         self.decoder.waiting = lambda: self.turns.waiting
         self.decoder.lane = self.turns.lane
         self.stages: StageTimes | None = None  # set to profile (one stream at a time)
@@ -141,6 +147,18 @@ class StreamingSynthesizer:
             prior, mask, out = self.flow.encode(session, feeds, len(ids), rng, wanted)
         frames = out[-1].reshape(-1).astype(np.int64) if durations else None
         return prior, mask, frames
+
+    def prior_ahead(
+        self, ids: list[int], options: SynthesisOptions, durations: bool, flow: bool
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """`prior` on the last worker lane's sessions (a look-ahead, units.py); with
+        `flow`, the flow run over every frame too: (z, None, durations), as a whole
+        frontend gives them."""
+        lane = len(self.sessions.frontends) - 1
+        prior, mask, frames = self.prior(ids, options, durations, self.sessions.frontends[lane])
+        if not flow or mask is None:
+            return prior, mask, frames
+        return self._flow_on(lane, prior, mask), None, frames
 
     def run_flow(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The flow session of the calling turn's lane on frames of z_p."""
@@ -230,9 +248,12 @@ class StreamingSynthesizer:
         stream = Stream(
             self, options or SynthesisOptions(), stop, cache_use, Pace(priority), expand
         )
+        known = clauses if isinstance(clauses, Sequence) else None  # else text still arriving
         for index, clause in enumerate(clauses, start=first_index):
             if stop.stopped:
                 return
+            following = index - first_index + 1
+            stream.upcoming = known[following] if known and following < len(known) else None
             for chunk in stream.clause_audio(clause, index):
                 yield stream.expanded(chunk)
         if not stop.stopped and (flushed := stream.join.flush(self.voice.sample_rate)) is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from .turns import Pace
 if TYPE_CHECKING:
     from .synth import StreamingSynthesizer
 
+Prior = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]  # synth.prior's
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # SynthesisOptions' bounds
 CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
 
@@ -61,6 +63,10 @@ class Stream:
     delivered: int = 0  # samples yielded so far: where the next unit's words start
     unit_words: list[WordTime] | None = None  # the unit's, relative to its audio
     sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
+    upcoming: str | None = None  # the next unit, where the text is known
+    # The next unit's encoder, run beside this unit's decoding: (its inputs, the run).
+    ahead: tuple[tuple[tuple[int, ...], SynthesisOptions, bool], Future[Prior]] | None = None
+    ran_ahead: bool = False  # the unit's encoder ran ahead: its time is not the lane's speed
 
     def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
         """The audio of the utterance's unit `index`, spoken as its prosody says (SSML):
@@ -70,13 +76,9 @@ class Stream:
         rate = self.synth.voice.sample_rate
         if prosody.pause_s > 0 and not self.stop.stopped:
             yield self._silence(prosody.pause_s, index)
-        options = self.options
-        if prosody.rate != 1.0:
-            speed = min(max(options.speed * prosody.rate, MIN_SPEED), MAX_SPEED)
-            options = replace(options, speed=speed)
         self.unit_words = None
         timed = False
-        for chunk in self._unit_audio(clause, index, options):
+        for chunk in self._unit_audio(clause, index, self.unit_options(clause)):
             if prosody.gain != 1.0:
                 gained = chunk.pcm.astype(np.float32) * prosody.gain
                 chunk.pcm = np.clip(np.rint(gained), -32768, 32767).astype(np.int16)
@@ -89,6 +91,56 @@ class Stream:
             self.delivered += len(chunk.pcm)
         if prosody.tail_s > 0 and not self.stop.stopped:
             yield self._silence(prosody.tail_s, index)
+
+    def unit_options(self, clause: str) -> SynthesisOptions:
+        """The stream's options at the unit's rate (SSML prosody)."""
+        rate = prosody_of(clause).rate
+        if rate == 1.0:
+            return self.options
+        speed = min(max(self.options.speed * rate, MIN_SPEED), MAX_SPEED)
+        return replace(self.options, speed=speed)
+
+    def look_ahead(self, clause: str) -> None:
+        """Start `clause`'s encoder and flow now, beside this unit's decoding, where the
+        stream is alone on a CPU with worker lanes: its decoding fills both cores
+        (decoder.py, parts), and the frontend, which a second thread speeds up least,
+        takes a third thread instead of a turn of its own. Run on a worker lane's
+        one-thread sessions (onnxruntime runs one session from several threads safely)."""
+        synth = self.synth
+        if synth.lookahead is None or self.stop.stopped or synth.turns.others(self.pace):
+            return
+        options = self.unit_options(clause)
+        ids, durations, in_context = self._first_inputs(clause)
+        # The flow too, unless the unit is cut from a sentence: it reads only the unit's
+        # own frames of the words around it.
+        run = synth.lookahead.submit(synth.prior_ahead, ids, options, durations, not in_context)
+        self.ahead = ((tuple(ids), options, durations), run)
+
+    def _first_inputs(self, clause: str) -> tuple[list[int], bool, bool]:
+        """The ids of the unit's first encoder run, whether it reads durations, and
+        whether they include the words around the unit, as unit_chunks makes them."""
+        synth = self.synth
+        before, after = context_of(clause) if synth.durations_name else ("", "")
+        if before or after:
+            ids, _, _ = synth.phonemizer.ids_in_context(clause, before, after)
+            if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
+                return ids, True, True
+        first = synth.phonemizer.clause_id_parts(clause)[0]
+        return first, synth.durations_name is not None, False
+
+    def _prior(self, ids: list[int], options: SynthesisOptions, durations: bool) -> Prior:
+        """The encoder's output for these ids: the run started ahead where it was for
+        them, else a run now on the calling turn's lane."""
+        ahead, self.ahead = self.ahead, None
+        self.ran_ahead = ahead is not None and ahead[0] == (tuple(ids), options, durations)
+        if ahead is not None and self.ran_ahead:
+            prior = ahead[1].result()
+        else:
+            prior = self.synth.prior(ids, options, durations)
+        if self.upcoming is not None:  # the next unit's encoder runs while this one decodes
+            upcoming, self.upcoming = self.upcoming, None
+            self.look_ahead(upcoming)
+        return prior
 
     def _silence(self, seconds: float, index: int) -> AudioChunk:
         rate = self.synth.voice.sample_rate
@@ -213,7 +265,7 @@ class Stream:
             clock.phonemize_s = time.perf_counter() - started
             if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
                 started = time.perf_counter()
-                prior, mask, durations = synth.prior(ids, options, durations=True)
+                prior, mask, durations = self._prior(ids, options, True)
                 assert durations is not None
                 clock.frontend_s = time.perf_counter() - started
                 clock.ids, clock.own_ids = len(ids), stop - start
@@ -238,12 +290,13 @@ class Stream:
                     chars = len(before + clause + after)
                     timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
                     for made, audio in enumerate(timed, start=1):
-                        if chars:  # the unit's first turn: its frontend, the whole flow
+                        if chars and not self.ran_ahead:  # its first turn: frontend, flow
                             synth.frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
                             chars = 0
                         yield *crop.take(audio), span.joins_previous, made == len(windows)
                     return
-                synth.frontend_took(clock.frontend_s, len(before + clause + after))
+                if not self.ran_ahead:
+                    synth.frontend_took(clock.frontend_s, len(before + clause + after))
         last_step = len(synth.config.schedule) - 1
         started = time.perf_counter()
         parts = synth.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
@@ -251,7 +304,7 @@ class Stream:
         for part, ids in enumerate(parts):
             started = time.perf_counter()
             timing = part == 0 and synth.durations_name is not None
-            prior, mask, durations = synth.prior(ids, options, durations=timing)
+            prior, mask, durations = self._prior(ids, options, timing)
             clock.frontend_s += time.perf_counter() - started
             if durations is not None:
                 self._words(clause, "", durations, 0.0, sum(len(p) for p in parts))

@@ -6,6 +6,7 @@ differ at float-noise level, or, where one plan pads a unit's end by a few frame
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -305,3 +306,94 @@ def test_concurrent_streams_equal_single_stream_output(synth, laned, lanes: str)
     used = [now - then for now, then in zip(synth.turns.turns_by_lane, before, strict=True)]
     if lanes == "worker lanes":
         assert sum(used[1:]) > 0  # streams really ran side by side
+
+
+def test_a_lone_streams_windows_are_decoded_in_parts_on_worker_lanes(laned, monkeypatch) -> None:
+    """Alone, a stream holds the primary lane and its larger windows are cut into one part
+    per worker lane, decoded side by side: the audio is the whole window's, to the
+    decoder's exactness (each part carries the context its core needs)."""
+    text = TEXTS[0]
+    lanes_used: list[int] = []
+    decode_on = laned.decoder._decode_on
+
+    def counted(lane, z, sid):
+        lanes_used.append(lane)
+        return decode_on(lane, z, sid)
+
+    monkeypatch.setattr(laned.decoder, "_decode_on", counted)
+    in_parts = laned.synthesize(text, QUIET)
+    assert {1, 2} <= set(lanes_used)  # both worker lanes decoded parts of one stream
+    monkeypatch.setattr(laned.decoder, "split_parts", 0)
+    lanes_used.clear()
+    whole = laned.synthesize(text, QUIET)
+    assert 2 not in lanes_used  # without parts only a narrow first turn leaves lane 0
+    assert len(in_parts) == len(whole)
+    error = in_parts.astype(np.float64) - whole
+    snr = 10 * np.log10(np.sum(whole.astype(np.float64) ** 2) / max(np.sum(error**2), 1))
+    assert snr >= 75.0 and np.max(np.abs(error)) <= 8, snr
+
+
+@pytest.mark.parametrize(("lo", "hi", "length"), [(0, 300, 311), (11, 511, 522), (30, 160, 200)])
+def test_window_parts_cover_its_kept_frames_each_with_context(laned, lo, hi, length) -> None:
+    context = laned.decoder.context
+    parts = laned.decoder.parts(lo, hi, length)
+    assert len(parts) == laned.decoder.split_parts == 2
+    assert parts[0][2] == lo and parts[-1][3] == hi
+    for (_, _, _, kept_to), (_, _, kept_from, _) in itertools.pairwise(parts):
+        assert kept_to == kept_from  # contiguous, no frame twice
+    for start, stop, kept_from, kept_to in parts:
+        assert 0 <= start <= kept_from < kept_to <= stop <= length
+        # the context the window had on each side of this part's core
+        assert kept_from - start == min(context, kept_from)
+        assert stop - kept_to == min(context, length - kept_to)
+    assert laned.decoder.parts(0, 100, 111) == []  # parts under SPLIT_MIN_CORE: whole
+
+
+def _speak(synth: StreamingSynthesizer, units: list[str]) -> np.ndarray:
+    time.sleep(2 * RECENT_S)  # alone: the streams of the test before count as decoding
+    return np.concatenate([c.pcm for c in synth.stream_clauses(units, QUIET, cache_use="bypass")])
+
+
+def test_a_lone_streams_next_encoder_runs_beside_its_decoding(laned, monkeypatch) -> None:
+    """Alone, a stream starts its next unit's encoder while it decodes this one, on a
+    worker lane's frontend in the look-ahead thread; what it says is unchanged."""
+    units = laned.clauses(TEXTS[1])
+    assert len(units) == 2
+    ran_in: list[str] = []
+    prior = laned.prior
+
+    def traced(*args, **kwargs):
+        ran_in.append(threading.current_thread().name)
+        return prior(*args, **kwargs)
+
+    monkeypatch.setattr(laned, "prior", traced)
+    ahead = _speak(laned, units)
+    assert len(ran_in) == 2 and ran_in[1].startswith("frontend-ahead")
+    monkeypatch.setattr(laned, "lookahead", None)
+    ran_in.clear()
+    in_turn = _speak(laned, units)
+    assert len(ran_in) == 2 and not any(name.startswith("frontend-ahead") for name in ran_in)
+    assert len(ahead) == len(in_turn)
+    error = ahead.astype(np.float64) - in_turn
+    snr = 10 * np.log10(np.sum(in_turn.astype(np.float64) ** 2) / max(np.sum(error**2), 1))
+    assert snr >= 75.0, snr
+
+
+def test_no_look_ahead_while_other_streams_decode(laned, monkeypatch) -> None:
+    """Beside other streams the next unit's encoder waits for the stream's own turn: a
+    third thread would slow the others' turns."""
+    submitted: list[object] = []
+    submit = laned.lookahead.submit
+
+    def recorded(*args):
+        submitted.append(run := submit(*args))
+        return run
+
+    monkeypatch.setattr(laned.lookahead, "submit", recorded)
+    units = laned.clauses(TEXTS[1])
+    _speak(laned, units)
+    assert len(submitted) == 1  # alone: the second unit's encoder ran ahead
+    submitted.clear()
+    monkeypatch.setattr(laned.turns, "others", lambda pace: 1)
+    _speak(laned, units)
+    assert submitted == []
