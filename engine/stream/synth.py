@@ -63,7 +63,9 @@ class StreamingSynthesizer:
         # A lone stream's next unit's encoder runs beside its decoding, on a worker
         # lane's one-thread frontend (units.py, Stream.look_ahead).
         self.lookahead = (
-            ThreadPoolExecutor(1, thread_name_prefix="frontend-ahead") if sessions.workers else None
+            ThreadPoolExecutor(1, thread_name_prefix="frontend-ahead")
+            if self.decoder.split_parts  # one-thread lanes: no spinning pool beside it
+            else None
         )
         self.decoder.waiting = lambda: self.turns.waiting
         self.decoder.lane = self.turns.lane
