@@ -28,6 +28,10 @@ from .units import Stream
 log = logging.getLogger(__name__)
 
 PHRASE_WORDS = 1024  # cached phrases whose word times are kept
+# Units whose frontends a lone stream runs ahead of its decoding (units.py, look_ahead):
+# with one, a unit's decoding (parts on both cores) could end before the next unit's
+# encoder, slowed by sharing the cores, and waited for it.
+LOOK_AHEAD_UNITS = 2
 WARM_TEXTS = ("Hi.", "Warming up the voice.", "This sentence warms the frontend for longer input.")
 
 
@@ -251,15 +255,22 @@ class StreamingSynthesizer:
             self, options or SynthesisOptions(), stop, cache_use, Pace(priority), expand
         )
         known = clauses if isinstance(clauses, Sequence) else None  # else text still arriving
-        for index, clause in enumerate(clauses, start=first_index):
-            if stop.stopped:
-                return
-            following = index - first_index + 1
-            stream.upcoming = known[following] if known and following < len(known) else None
-            for chunk in stream.clause_audio(clause, index):
-                yield stream.expanded(chunk)
-        if not stop.stopped and (flushed := stream.join.flush(self.voice.sample_rate)) is not None:
-            yield stream.expanded(flushed)
+        try:
+            for index, clause in enumerate(clauses, start=first_index):
+                if stop.stopped:
+                    return
+                if known is not None:
+                    following = index - first_index + 1
+                    stream.upcoming = list(
+                        enumerate(known[following : following + LOOK_AHEAD_UNITS], index + 1)
+                    )
+                for chunk in stream.clause_audio(clause, index):
+                    yield stream.expanded(chunk)
+            rate = self.voice.sample_rate
+            if not stop.stopped and (flushed := stream.join.flush(rate)) is not None:
+                yield stream.expanded(flushed)
+        finally:
+            self.turns.ended(stream.pace)
 
     def stream(
         self,

@@ -73,8 +73,9 @@ class Turns:
     (the frontend's many small ops barely use a second thread), so a burst of streams is
     served sooner.
     A stream counts as decoding while it waits for a turn or ended one under `RECENT_S`
-    ago (it is handing its chunk on and comes straight back); a stream held back by its
-    consumer drops out, and a lone stream gets the primary lane again.
+    ago (it is handing its chunk on and comes straight back), until it has ended; a
+    stream held back by its consumer drops out, and a lone stream gets the primary lane
+    again.
     A `narrow` turn takes a worker lane even alone: an utterance's first turn (the
     frontend over a few words, a small first window) gains next to nothing from a second
     thread (45 against 48 ms measured on one thread and two), and on the primary lane it
@@ -138,6 +139,12 @@ class Turns:
                 self._in_turn.discard(pace)
                 self._recent[pace] = time.perf_counter()
                 self._hand_over()
+
+    def ended(self, pace: Pace) -> None:
+        """The stream has made its last audio: it no longer counts as decoding (a stream
+        starting just after it is alone, and gets the primary lane at once)."""
+        with self._cond:
+            self._recent.pop(pace, None)
 
     def _decoding(self, pace: Pace | None = None) -> int:
         """Streams decoding now, with `pace`."""

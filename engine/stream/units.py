@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .synth import StreamingSynthesizer
 
 Prior = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]  # synth.prior's
+AheadKey = tuple[tuple[int, ...], SynthesisOptions, bool]  # its ids, options, durations
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # SynthesisOptions' bounds
 CONTEXT_IDS = 80  # room for the context words of a cut unit beyond MAX_UNIT_IDS
 
@@ -63,9 +64,11 @@ class Stream:
     delivered: int = 0  # samples yielded so far: where the next unit's words start
     unit_words: list[WordTime] | None = None  # the unit's, relative to its audio
     sid: int | None = None  # the options' speaker, resolved as each unit is synthesized
-    upcoming: str | None = None  # the next unit, where the text is known
-    # The next unit's encoder, run beside this unit's decoding: (its inputs, the run).
-    ahead: tuple[tuple[tuple[int, ...], SynthesisOptions, bool], Future[Prior]] | None = None
+    # The next units (index, text), where the text is known: their encoders run ahead,
+    # beside this unit's decoding (look_ahead), by their inputs.
+    upcoming: list[tuple[int, str]] = field(default_factory=list)
+    ahead: dict[AheadKey, Future[Prior]] = field(default_factory=dict)
+    looked: set[int] = field(default_factory=set)  # the units whose encoder was started
     ran_ahead: bool = False  # the unit's encoder ran ahead: its time is not the lane's speed
 
     def clause_audio(self, clause: str, index: int) -> Iterator[AudioChunk]:
@@ -100,21 +103,27 @@ class Stream:
         speed = min(max(self.options.speed * rate, MIN_SPEED), MAX_SPEED)
         return replace(self.options, speed=speed)
 
-    def look_ahead(self, clause: str) -> None:
-        """Start `clause`'s encoder and flow now, beside this unit's decoding, where the
-        stream is alone on a CPU with worker lanes: its decoding fills both cores
-        (decoder.py, parts), and the frontend, which a second thread speeds up least,
-        takes a third thread instead of a turn of its own. Run on a worker lane's
-        one-thread sessions (onnxruntime runs one session from several threads safely)."""
+    def look_ahead(self) -> None:
+        """Start the upcoming units' encoders and flows now, in turn, beside this unit's
+        decoding, where the stream is alone on a CPU with worker lanes: its decoding
+        fills both cores (decoder.py, parts), and the frontend, which a second thread
+        speeds up least, takes a third thread instead of turns of its own. Run on a
+        worker lane's one-thread sessions (onnxruntime runs a session from several
+        threads safely)."""
         synth = self.synth
         if synth.lookahead is None or self.stop.stopped or synth.turns.others(self.pace):
             return
-        options = self.unit_options(clause)
-        ids, durations, in_context = self._first_inputs(clause)
-        # The flow too, unless the unit is cut from a sentence: it reads only the unit's
-        # own frames of the words around it.
-        run = synth.lookahead.submit(synth.prior_ahead, ids, options, durations, not in_context)
-        self.ahead = ((tuple(ids), options, durations), run)
+        for index, clause in self.upcoming:
+            if index in self.looked:
+                continue
+            self.looked.add(index)
+            options = self.unit_options(clause)
+            ids, durations, in_context = self._first_inputs(clause)
+            # The flow too, unless the unit is cut from a sentence: it reads only the
+            # unit's own frames of the words around it.
+            self.ahead[(tuple(ids), options, durations)] = synth.lookahead.submit(
+                synth.prior_ahead, ids, options, durations, not in_context
+            )
 
     def _first_inputs(self, clause: str) -> tuple[list[int], bool, bool]:
         """The ids of the unit's first encoder run, whether it reads durations, and
@@ -131,15 +140,10 @@ class Stream:
     def _prior(self, ids: list[int], options: SynthesisOptions, durations: bool) -> Prior:
         """The encoder's output for these ids: the run started ahead where it was for
         them, else a run now on the calling turn's lane."""
-        ahead, self.ahead = self.ahead, None
-        self.ran_ahead = ahead is not None and ahead[0] == (tuple(ids), options, durations)
-        if ahead is not None and self.ran_ahead:
-            prior = ahead[1].result()
-        else:
-            prior = self.synth.prior(ids, options, durations)
-        if self.upcoming is not None:  # the next unit's encoder runs while this one decodes
-            upcoming, self.upcoming = self.upcoming, None
-            self.look_ahead(upcoming)
+        run = self.ahead.pop((tuple(ids), options, durations), None)
+        self.ran_ahead = run is not None
+        prior = run.result() if run is not None else self.synth.prior(ids, options, durations)
+        self.look_ahead()  # the next units' encoders run while this one decodes
         return prior
 
     def _silence(self, seconds: float, index: int) -> AudioChunk:

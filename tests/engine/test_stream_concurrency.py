@@ -350,7 +350,6 @@ def test_window_parts_cover_its_kept_frames_each_with_context(laned, lo, hi, len
 
 
 def _speak(synth: StreamingSynthesizer, units: list[str]) -> np.ndarray:
-    time.sleep(2 * RECENT_S)  # alone: the streams of the test before count as decoding
     return np.concatenate([c.pcm for c in synth.stream_clauses(units, QUIET, cache_use="bypass")])
 
 
@@ -397,3 +396,19 @@ def test_no_look_ahead_while_other_streams_decode(laned, monkeypatch) -> None:
     monkeypatch.setattr(laned.turns, "others", lambda pace: 1)
     _speak(laned, units)
     assert submitted == []
+
+
+def test_an_ended_stream_no_longer_counts_as_decoding(laned) -> None:
+    """A stream back from a turn counts as decoding for RECENT_S (it comes straight
+    back), but not once it has ended: one starting just after it is alone at once."""
+    turns = Turns(workers=2)
+    first, second = Pace(), Pace()
+    with turns.turn(first):
+        pass
+    assert turns.others(second) == 1
+    turns.ended(first)
+    assert turns.others(second) == 0
+    with turns.turn(second) as lane:
+        assert lane == PRIMARY
+    laned.synthesize(TEXTS[0], QUIET)  # the synthesizer ends its streams
+    assert laned.turns.others(Pace()) == 0
