@@ -101,6 +101,11 @@ class PhraseCache:
             self.misses += 1
         return None
 
+    def holds(self, key: str) -> bool:
+        """Whether `key`'s audio is kept (in memory or on disk); counts no hit."""
+        with self._lock:
+            return key in self._memory or key in self._disk
+
     def wants(self, key: str, marked: bool = False, now: float | None = None) -> bool:
         """Count this synthesis of `key`; True if its audio should be kept."""
         if marked or key in self._pinned:

@@ -271,6 +271,7 @@ class StreamingSynthesizer:
                 yield stream.expanded(flushed)
         finally:
             self.turns.ended(stream.pace)
+            stream.cancel_ahead()
 
     def stream(
         self,

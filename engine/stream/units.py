@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import TextError
 from ..text.phonemize import MAX_UNIT_IDS
 from ..text.segment import context_of, prosody_of
 from ..values import AudioChunk, StageTimes, StopToken, SynthesisOptions, WordTime, to_pcm
@@ -118,12 +119,31 @@ class Stream:
                 continue
             self.looked.add(index)
             options = self.unit_options(clause)
-            ids, durations, in_context = self._first_inputs(clause)
+            try:
+                ids, durations, in_context = self._first_inputs(clause)
+            except TextError:
+                continue  # said in the unit's own turn, after this unit's audio
+            if not in_context and self._cached(clause, options):
+                continue
             # The flow too, unless the unit is cut from a sentence: it reads only the
             # unit's own frames of the words around it.
             self.ahead[(tuple(ids), options, durations)] = synth.lookahead.submit(
                 synth.prior_ahead, ids, options, durations, not in_context
             )
+
+    def _cached(self, clause: str, options: SynthesisOptions) -> bool:
+        """Whether the phrase cache holds the unit's audio (it needs no frontend)."""
+        synth, cache = self.synth, self.synth.phrase_cache
+        if cache is None or self.cache_use == "bypass":
+            return False
+        return cache.holds(cache.key(synth.voice, synth.sessions.precisions_key, options, clause))
+
+    def cancel_ahead(self) -> None:
+        """Drop the frontends started ahead that have not begun (the stream has ended):
+        they would hold the look-ahead thread from the next stream."""
+        for run in self.ahead.values():
+            run.cancel()
+        self.ahead.clear()
 
     def _first_inputs(self, clause: str) -> tuple[list[int], bool, bool]:
         """The ids of the unit's first encoder run, whether it reads durations, and
@@ -143,7 +163,8 @@ class Stream:
         run = self.ahead.pop((tuple(ids), options, durations), None)
         self.ran_ahead = run is not None
         prior = run.result() if run is not None else self.synth.prior(ids, options, durations)
-        self.look_ahead()  # the next units' encoders run while this one decodes
+        if self.pace.first_at is not None:  # the first sound is not held back by it
+            self.look_ahead()  # the next units' encoders run while this one decodes
         return prior
 
     def _silence(self, seconds: float, index: int) -> AudioChunk:
@@ -238,6 +259,7 @@ class Stream:
                 join.tail = None
             if len(pcm):  # else all of it is held for the next unit's crossfade
                 pace.made(len(pcm) / rate)
+                self.look_ahead()  # after the stream's first sound (else a no-op)
                 spent = time.perf_counter() - started
                 if key is not None:
                     pieces.append(pcm)

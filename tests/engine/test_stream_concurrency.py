@@ -412,3 +412,29 @@ def test_an_ended_stream_no_longer_counts_as_decoding(laned) -> None:
         assert lane == PRIMARY
     laned.synthesize(TEXTS[0], QUIET)  # the synthesizer ends its streams
     assert laned.turns.others(Pace()) == 0
+
+
+def test_a_stream_closed_early_drops_the_frontends_it_started_ahead(laned) -> None:
+    """Frontends started ahead that have not begun are cancelled when the stream ends:
+    they would hold the look-ahead thread from the next stream."""
+    units = laned.clauses(" ".join(TEXTS))
+    assert len(units) >= 3
+    release = threading.Event()
+    blocker = laned.lookahead.submit(release.wait, 5)  # the look-ahead thread is busy
+    submitted: list = []
+    submit = laned.lookahead.submit
+
+    def recorded(*args):
+        submitted.append(run := submit(*args))
+        return run
+
+    laned.lookahead.submit = recorded
+    try:
+        stream = laned.stream_clauses(units, QUIET, cache_use="bypass")
+        next(stream)  # the first chunk: the next units' frontends are queued
+        stream.close()
+    finally:
+        del laned.lookahead.submit
+        release.set()
+    blocker.result(5)
+    assert len(submitted) == 2 and all(run.cancelled() for run in submitted)
