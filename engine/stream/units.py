@@ -112,11 +112,13 @@ class Stream:
         worker lane's one-thread sessions (onnxruntime runs a session from several
         threads safely)."""
         synth = self.synth
-        if synth.lookahead is None or self.stop.stopped or synth.turns.others(self.pace):
+        pending = [(i, clause) for i, clause in self.upcoming if i not in self.looked]
+        # Called after every chunk: nothing to start is the common case, and asks no lock.
+        if not pending or synth.lookahead is None or self.stop.stopped:
             return
-        for index, clause in self.upcoming:
-            if index in self.looked:
-                continue
+        if synth.turns.others(self.pace):
+            return
+        for index, clause in pending:
             self.looked.add(index)
             options = self.unit_options(clause)
             try:
@@ -149,13 +151,26 @@ class Stream:
         """The ids of the unit's first encoder run, whether it reads durations, and
         whether they include the words around the unit, as unit_chunks makes them."""
         synth = self.synth
-        before, after = context_of(clause) if synth.durations_name else ("", "")
-        if before or after:
-            ids, _, _ = synth.phonemizer.ids_in_context(clause, before, after)
-            if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
-                return ids, True, True
+        in_context = self._in_context(clause, *self._context(clause))
+        if in_context is not None:
+            return in_context[0], True, True
         first = synth.phonemizer.clause_id_parts(clause)[0]
         return first, synth.durations_name is not None, False
+
+    def _context(self, clause: str) -> tuple[str, str]:
+        """The words before and after a unit cut from its sentence, where the voice tells
+        durations (to crop the unit's own audio from them); else none."""
+        return context_of(clause) if self.synth.durations_name else ("", "")
+
+    def _in_context(
+        self, clause: str, before: str, after: str
+    ) -> tuple[list[int], int, int] | None:
+        """A cut unit's ids with the words around it, and where its own start and stop;
+        None where it has no such words or with them it would be too long."""
+        if not (before or after):
+            return None
+        ids, start, stop = self.synth.phonemizer.ids_in_context(clause, before, after)
+        return (ids, start, stop) if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS else None
 
     def _prior(self, ids: list[int], options: SynthesisOptions, durations: bool) -> Prior:
         """The encoder's output for these ids: the run started ahead where it was for
@@ -200,7 +215,7 @@ class Stream:
         """The unit's own audio: its cached phrase, or a turn a window."""
         synth, pace, join = self.synth, self.pace, self.join
         rate = synth.voice.sample_rate
-        before, after = context_of(clause) if synth.durations_name else ("", "")
+        before, after = self._context(clause)
         if not before and (flushed := join.flush(rate)) is not None:
             yield flushed  # this unit does not continue the cut one
         # A cut unit's audio depends on its neighbours: it is not a phrase to cache.
@@ -287,44 +302,42 @@ class Stream:
         After the last chunk no session runs: the caller ends the unit without a turn."""
         synth, pace = self.synth, self.pace
         clock = StageTimes()
-        if before or after:
+        started = time.perf_counter()
+        in_context = self._in_context(clause, before, after)
+        clock.phonemize_s = time.perf_counter() - started
+        if in_context is not None:
+            ids, start, stop = in_context
             started = time.perf_counter()
-            ids, start, stop = synth.phonemizer.ids_in_context(clause, before, after)
-            clock.phonemize_s = time.perf_counter() - started
-            if len(ids) <= MAX_UNIT_IDS + CONTEXT_IDS:
-                started = time.perf_counter()
-                prior, mask, durations = self._prior(ids, options, True)
-                assert durations is not None
-                clock.frontend_s = time.perf_counter() - started
-                clock.ids, clock.own_ids = len(ids), stop - start
-                frames = prior.shape[2]
-                if int(durations.sum()) == frames:
-                    lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
-                    hop = synth.voice.hop_length
-                    span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
-                    origin = lo - (0.5 if span.joins_previous else 0.0)  # half a frame
-                    self._words(clause, before, durations, origin, len(ids))
-                    crop = SampleCrop(span)
-                    keep = (span.decode_from, span.decode_to)
-                    # The flow runs only over the frames the windows read: not over the
-                    # context words' own.
-                    reads = (span.decode_from - synth.context, span.decode_to + synth.context)
-                    z = synth.windowed_latent(prior, mask, reads, small_first=first_step == 0)
-                    first_audio = synth.first_audio_s(first_step, clock.frontend_s, pace)
-                    windows = synth.decoder.plan(
-                        frames, first_step, keep, pace.ahead_s, first_audio
-                    )
-                    chunks = synth.decoder.decode_windows(z, windows, self.sid)
-                    chars = len(before + clause + after)
-                    timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
-                    for made, audio in enumerate(timed, start=1):
-                        if chars and not self.ran_ahead:  # its first turn: frontend, flow
-                            synth.frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
-                            chars = 0
-                        yield *crop.take(audio), span.joins_previous, made == len(windows)
-                    return
-                if not self.ran_ahead:
-                    synth.frontend_took(clock.frontend_s, len(before + clause + after))
+            prior, mask, durations = self._prior(ids, options, True)
+            assert durations is not None
+            clock.frontend_s = time.perf_counter() - started
+            clock.ids, clock.own_ids = len(ids), stop - start
+            frames = prior.shape[2]
+            if int(durations.sum()) == frames:
+                lo, hi = int(durations[:start].sum()), int(durations[:stop].sum())
+                hop = synth.voice.hop_length
+                span = unit_span(frames, lo, hi, hop, bool(before), bool(after))
+                origin = lo - (0.5 if span.joins_previous else 0.0)  # half a frame
+                self._words(clause, before, durations, origin, len(ids))
+                crop = SampleCrop(span)
+                keep = (span.decode_from, span.decode_to)
+                # The flow runs only over the frames the windows read: not over the
+                # context words' own.
+                reads = (span.decode_from - synth.context, span.decode_to + synth.context)
+                z = synth.windowed_latent(prior, mask, reads, small_first=first_step == 0)
+                first_audio = synth.first_audio_s(first_step, clock.frontend_s, pace)
+                windows = synth.decoder.plan(frames, first_step, keep, pace.ahead_s, first_audio)
+                chunks = synth.decoder.decode_windows(z, windows, self.sid)
+                chars = len(before + clause + after)
+                timed = self._timed(chunks, clock, span.decode_to - span.decode_from, z)
+                for made, audio in enumerate(timed, start=1):
+                    if chars and not self.ran_ahead:  # its first turn: frontend, flow
+                        synth.frontend_took(clock.frontend_s + _whole_flow_s(z), chars)
+                        chars = 0
+                    yield *crop.take(audio), span.joins_previous, made == len(windows)
+                return
+            if not self.ran_ahead:
+                synth.frontend_took(clock.frontend_s, len(before + clause + after))
         last_step = len(synth.config.schedule) - 1
         started = time.perf_counter()
         parts = synth.phonemizer.clause_id_parts(clause)  # a runaway unit in bounded parts
